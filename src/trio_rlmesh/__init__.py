@@ -1,0 +1,30 @@
+"""trio-rlmesh: a trio-native runtime speaking RLMesh's wire protocol (rlmesh-wire-v1).
+
+Importing this package never imports grpclib or asyncio; the gRPC transports live in
+``trio_rlmesh.transports.grpc`` and are imported on demand.
+"""
+
+from __future__ import annotations
+
+from ._errors import EnvError as EnvError
+from ._errors import Error as Error
+from ._errors import HookError as HookError
+from ._errors import ModelError as ModelError
+from ._errors import OperationTimeout as OperationTimeout
+from ._errors import ProtocolError as ProtocolError
+from ._errors import SpecError as SpecError
+from ._errors import TransportError as TransportError
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "EnvError",
+    "Error",
+    "HookError",
+    "ModelError",
+    "OperationTimeout",
+    "ProtocolError",
+    "SpecError",
+    "TransportError",
+    "__version__",
+]

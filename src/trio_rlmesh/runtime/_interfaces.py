@@ -1,0 +1,178 @@
+"""The seams the driver talks through: :class:`RuntimeEnv` and :class:`RuntimeModel`.
+
+Both exchange protocol messages (like the reference), so an in-process pair skips
+serialization entirely, plus the endpoint timings the far side reported. Tests and
+users swap in any object that satisfies these Protocols (see ``trio_rlmesh.testing``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from .._errors import Error
+from ..protocol import env_v1, model_v1
+
+__all__ = [
+    "EndpointTimings",
+    "EnvResetResult",
+    "EnvStepResult",
+    "ModelPrediction",
+    "RuntimeEnv",
+    "RuntimeModel",
+]
+
+
+@attrs.frozen
+class EndpointTimings:
+    """What the endpoint said about its own handling of one request (all optional).
+
+    Durations are nanoseconds. A gRPC transport fills them from the JoinResponse
+    timing fields; an in-process adapter measures them itself.
+    """
+
+    total_ns: int | None = None
+    """Whole handling time on the endpoint (``endpoint_total_ns``)."""
+    decode_ns: int | None = None
+    """Time decoding the request."""
+    user_ns: int | None = None
+    """Time inside user code (the env's reset/step, the model's predict)."""
+    encode_ns: int | None = None
+    """Time encoding the answer."""
+    queue_ns: int | None = None
+    """Wait before handling began (outside ``total_ns``)."""
+    adapter_ns: int | None = None
+    """Adapter work inside ``user_ns`` (model side)."""
+    held_episodes: int | None = None
+    """Per-episode states the model holds after this request."""
+    held_state_bytes: int | None = None
+    """Bytes of per-episode state the model holds after this request."""
+
+    @classmethod
+    def from_env_response(cls, response: env_v1.JoinResponse) -> EndpointTimings:
+        """Read the timing fields of an env JoinResponse."""
+        return cls(
+            total_ns=response.endpoint_total_ns,
+            decode_ns=response.decode_ns,
+            user_ns=response.user_ns,
+            encode_ns=response.encode_ns,
+            queue_ns=response.queue_ns,
+        )
+
+    @classmethod
+    def from_model_response(cls, response: model_v1.JoinResponse) -> EndpointTimings:
+        """Read the timing and held-state fields of a model JoinResponse."""
+        return cls(
+            total_ns=response.endpoint_total_ns,
+            decode_ns=response.decode_ns,
+            user_ns=response.user_ns,
+            encode_ns=response.encode_ns,
+            queue_ns=response.queue_ns,
+            adapter_ns=response.adapter_ns,
+            held_episodes=response.held_episodes,
+            held_state_bytes=response.held_state_bytes,
+        )
+
+
+NO_TIMINGS = EndpointTimings()
+
+
+@attrs.frozen
+class EnvResetResult:
+    """A reset's answer plus what the transport measured."""
+
+    response: env_v1.ResetResponse
+    timings: EndpointTimings = NO_TIMINGS
+    request_bytes: int | None = None
+    """Encoded request size; ``None`` on paths that never serialize."""
+    response_bytes: int | None = None
+
+
+@attrs.frozen
+class EnvStepResult:
+    """A step's answer plus what the transport measured."""
+
+    response: env_v1.StepResponse
+    timings: EndpointTimings = NO_TIMINGS
+    request_bytes: int | None = None
+    response_bytes: int | None = None
+
+
+@attrs.frozen
+class ModelPrediction:
+    """A predict's answer plus what the transport measured.
+
+    ``response.actions[0]`` is this step's action batch; ``actions[1:]`` are frames
+    to replay open-loop on the following steps.
+    """
+
+    response: model_v1.PredictResponse
+    timings: EndpointTimings = NO_TIMINGS
+    group_size: int | None = None
+    """How many groups (lanes or envs) were fused into the forward that produced this."""
+    request_bytes: int | None = None
+    response_bytes: int | None = None
+
+
+@runtime_checkable
+class RuntimeEnv(Protocol):
+    """An env endpoint the driver can reset, step and close.
+
+    Implementations raise :class:`~trio_rlmesh.EnvError` (or
+    :class:`~trio_rlmesh.TransportError`, :class:`~trio_rlmesh.OperationTimeout`)
+    with ``recoverable`` set; the driver adds the step and lane context.
+    A lane endpoint (``subset_step``) accepts concurrent calls for different lanes,
+    each naming its lane in ``env_indices``.
+    """
+
+    async def reset(self, request: env_v1.ResetRequest) -> EnvResetResult:
+        """Reset the lanes in ``request.env_indices`` (all when empty)."""
+        ...
+
+    async def step(self, request: env_v1.StepRequest) -> EnvStepResult:
+        """Step the lanes in ``request.env_indices`` (all when empty)."""
+        ...
+
+    async def close(self, timeout: float) -> None:
+        """Close the env, giving up after ``timeout`` seconds."""
+        ...
+
+
+@runtime_checkable
+class RuntimeModel(Protocol):
+    """A model endpoint the driver can ask for actions.
+
+    ``predict_group`` answers a list of requests 1:1 and in order; a failed group is
+    returned as its :class:`~trio_rlmesh.Error` in place, never raised, so one bad
+    group does not sink the others.
+    """
+
+    @property
+    def wants_history(self) -> bool:
+        """Whether the route asked for observation-history rows on each predict."""
+        ...
+
+    @property
+    def fuses_predicts(self) -> bool:
+        """Whether ``predict_group`` runs one fused forward (so the driver should batch lanes)."""
+        ...
+
+    async def predict(self, request: model_v1.PredictRequest) -> ModelPrediction:
+        """Answer one predict request."""
+        ...
+
+    async def predict_group(
+        self, requests: Sequence[model_v1.PredictRequest]
+    ) -> list[ModelPrediction | Error]:
+        """Answer several predict requests, results aligned with ``requests``."""
+        ...
+
+    async def reset_adapter(self, request: model_v1.ResetAdapterRequest) -> None:
+        """Drop per-episode state for the finished episodes named in ``request``."""
+        ...
+
+    async def release_adapter(self, request: model_v1.ReleaseAdapterRequest, timeout: float) -> None:
+        """Release the route at session end, giving up after ``timeout`` seconds."""
+        ...
