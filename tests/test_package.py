@@ -77,3 +77,18 @@ def test_ci_runs_the_readme_test_command() -> None:
 def test_readme_names_the_console_script() -> None:
     install = _readme_commands()[0]
     assert "trio-rlmesh run" in install
+
+
+def test_readme_library_example_runs() -> None:
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)\n```", text, flags=re.S)
+    assert len(blocks) == 1
+    out = subprocess.run(
+        [sys.executable, "-W", "error", "-c", blocks[0]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("completed [")

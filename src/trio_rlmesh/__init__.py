@@ -14,6 +14,11 @@ from ._errors import OperationTimeout as OperationTimeout
 from ._errors import ProtocolError as ProtocolError
 from ._errors import SpecError as SpecError
 from ._errors import TransportError as TransportError
+from ._facade import RunLocalOptions as RunLocalOptions
+from ._facade import run as run
+from ._facade import run_local as run_local
+from ._facade import run_remote as run_remote
+from ._facade import run_session as run_session
 
 __version__ = "0.1.0.dev0"
 
@@ -24,7 +29,12 @@ __all__ = [
     "ModelError",
     "OperationTimeout",
     "ProtocolError",
+    "RunLocalOptions",
     "SpecError",
     "TransportError",
     "__version__",
+    "run",
+    "run_local",
+    "run_remote",
+    "run_session",
 ]

@@ -250,6 +250,12 @@ async def _evaluate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         else:
             env = load_env(env_target)
             address = await nursery.start(serve_env, env, "127.0.0.1:0")
+        model_name = args.model or "built-in heuristic CartPole policy"
+        err.write(
+            f"trio-rlmesh: evaluating {model_name} on {env_target} ({address}), "
+            f"{episodes} episodes\n"
+        )
+        err.flush()
         options = RunLocalOptions(
             address,
             token=args.token,

@@ -41,7 +41,7 @@ class Error(Exception):
         step: the runtime step (vector steps taken so far) at the failure.
         lane: the env lane involved, when one is.
         address: the peer address, for transport-backed endpoints.
-        code: a wire error code name (``"INVALID_ACTION"``, ``"INTERNAL"``, ...), when one came back.
+        code: a wire error code name (``"INVALID_ACTION"``, ``"INTERNAL"``, ...) when one came.
     """
 
     default_recoverable = False
@@ -126,4 +126,4 @@ class ProtocolError(Error):
 
 
 class HookError(Error):
-    """A transform hook raised; the run fails with this error (its ``__cause__`` is the original)."""
+    """A transform hook raised; the run fails with this error (``__cause__`` is the original)."""

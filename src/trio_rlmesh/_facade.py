@@ -228,8 +228,12 @@ async def run_remote(
     """
     from .protocol import read_env_contract
     from .runtime._ids import mint_uuid7
-    from .transports.grpc import EnvClientRuntimeEnv, open_env_client
-    from .transports.grpc._model_client import ModelClientRuntimeModel, open_model_client
+    from .transports.grpc import (
+        EnvClientRuntimeEnv,
+        ModelClientRuntimeModel,
+        open_env_client,
+        open_model_client,
+    )
 
     async with (
         open_env_client(

@@ -1,0 +1,6 @@
+"""In-process adapters: a model handler and a Gymnasium env as runtime endpoints, no network."""
+
+from ._env import GymEnvRuntimeEnv as GymEnvRuntimeEnv
+from ._model import ModelHandlerRuntimeModel as ModelHandlerRuntimeModel
+
+__all__ = ["GymEnvRuntimeEnv", "ModelHandlerRuntimeModel"]

@@ -1,0 +1,283 @@
+"""A Gymnasium env (or vector env) as a :class:`~trio_rlmesh.runtime.RuntimeEnv`, no network.
+
+Reset and step produce the same env_v1 messages a served env would (batched codec, infos
+as a MetaMap, completed episodes with final info and seeds), so the driver cannot tell
+the in-process path from a remote one. A scalar env runs with autoreset DISABLED; a
+vector env with NEXT_STEP (Gymnasium's default), whose autoreset step starts the lane's
+next episode under the id the runtime pushes on that step.
+
+The env's own calls run inline on the trio thread by default: a Gymnasium step is
+usually a few microseconds, far less than a thread hand-off. Pass ``threaded=True`` for
+envs whose steps block for long (a simulator, a robot), so the event loop stays live.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import attrs
+import numpy as np
+import trio
+
+from ..._errors import EnvError, Error
+from ...protocol import core_v1, env_v1, meta_to_python, python_to_meta, spaces_v1
+from ...protocol._spacespec import EnvContractInfo, make_env_contract, read_env_contract
+from ...runtime._interfaces import EndpointTimings, EnvResetResult, EnvStepResult
+from ...spaces import _codec
+from ...spaces._gym import from_gymnasium
+
+__all__ = ["GymEnvRuntimeEnv"]
+
+_T = TypeVar("_T")
+
+
+@attrs.define
+class _Lane:
+    active: bool = False
+    pending_autoreset: bool = False
+    episode_id: str = ""
+    seed: int | None = None
+    steps: int = 0
+    reward: float = 0.0
+    start_ns: int = 0
+
+    def begin(self, episode_id: str, seed: int | None) -> None:
+        self.active, self.pending_autoreset = True, False
+        self.episode_id, self.seed = episode_id, seed
+        self.steps, self.reward, self.start_ns = 0, 0.0, time.time_ns()
+
+
+def _autoreset_of(env: Any, vector: bool) -> core_v1.AutoresetMode:
+    mode = (getattr(env, "metadata", None) or {}).get("autoreset_mode")
+    name = getattr(mode, "value", mode)
+    if name is None:
+        return core_v1.AutoresetMode.NEXT_STEP if vector else core_v1.AutoresetMode.DISABLED
+    if str(name) == "NextStep":
+        return core_v1.AutoresetMode.NEXT_STEP
+    if str(name) == "Disabled":
+        return core_v1.AutoresetMode.DISABLED
+    raise EnvError(
+        f"autoreset mode {name!r} is not supported; build the env with NEXT_STEP or DISABLED",
+        operation="env.open",
+    )
+
+
+def _safe_meta(info: Mapping[str, Any] | None) -> spaces_v1.MetaMap | None:
+    if not info:
+        return None
+    try:
+        return python_to_meta({str(k): v for k, v in info.items()})
+    except Error as exc:
+        raise EnvError(f"env info cannot be sent: {exc}", code="INTERNAL") from exc
+
+
+class GymEnvRuntimeEnv:
+    """Wrap a Gymnasium ``Env`` or ``VectorEnv`` as a runtime env.
+
+    Args:
+        env: the env; a vector env is recognised by ``single_observation_space``.
+        threaded: run ``reset``/``step``/``close`` in a worker thread.
+        env_name: the contract's env id (default: ``env.spec.id`` or ``"UnknownEnv-v1"``).
+
+    Attributes:
+        contract: the ``EnvContract`` a served env would return at handshake.
+        info: the same, decoded.
+    """
+
+    def __init__(self, env: Any, *, threaded: bool = False, env_name: str | None = None) -> None:
+        self.env = env
+        self.threaded = threaded
+        self.vector = hasattr(env, "single_observation_space")
+        self.num_envs = int(getattr(env, "num_envs", 1)) if self.vector else 1
+        obs_space = env.single_observation_space if self.vector else env.observation_space
+        act_space = env.single_action_space if self.vector else env.action_space
+        spec = getattr(env, "spec", None)
+        name = env_name or (getattr(spec, "id", None) if spec is not None else None)
+        self.autoreset = _autoreset_of(env, self.vector)
+        self.contract: core_v1.EnvContract = make_env_contract(
+            name or "UnknownEnv-v1",
+            from_gymnasium(obs_space),
+            from_gymnasium(act_space),
+            num_envs=self.num_envs,
+            render_mode=getattr(env, "render_mode", None),
+            autoreset=self.autoreset,
+        )
+        self.info: EnvContractInfo = read_env_contract(self.contract)
+        self._lanes = [_Lane() for _ in range(self.num_envs)]
+
+    async def _call(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        if self.threaded:
+            return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+        return fn(*args, **kwargs)
+
+    def _encode_obs(self, obs: Any) -> spaces_v1.SpaceValue:
+        space = self.info.observation_space
+        try:
+            if self.vector:
+                return spaces_v1.SpaceValue(leaves=_codec.encode_batch(space, obs, self.num_envs))
+            return spaces_v1.SpaceValue(leaves=_codec.encode_lanes(space, [obs]))
+        except Error as exc:
+            raise EnvError(
+                f"env {self.info.env_id} returned an observation outside its space: {exc}",
+                code="INTERNAL",
+            ) from exc
+
+    async def reset(self, request: env_v1.ResetRequest) -> EnvResetResult:
+        started = time.perf_counter_ns()
+        lanes = list(request.env_indices) or list(range(self.num_envs))
+        if lanes != list(range(self.num_envs)):
+            raise EnvError(
+                f"env {self.info.env_id} resets all {self.num_envs} lanes together; a partial "
+                f"reset of lanes {lanes} is not supported",
+                recoverable=True,
+                operation="env.reset",
+                code="INVALID_ACTION",
+            )
+        seeds = list(request.seeds)
+        seed: int | list[int] | None = None
+        if seeds:
+            seed = seeds[0] if not self.vector or len(seeds) == 1 else seeds
+        kwargs: dict[str, Any] = {"seed": seed}
+        if request.options is not None:
+            kwargs["options"] = meta_to_python(request.options)
+        decoded = time.perf_counter_ns()
+        try:
+            obs, info = await self._call(self.env.reset, **kwargs)
+        except Exception as exc:
+            raise EnvError(
+                f"env {self.info.env_id} reset raised {type(exc).__name__}: {exc}",
+                operation="env.reset",
+                code="INTERNAL",
+            ) from exc
+        called = time.perf_counter_ns()
+        ids = list(request.episode_ids)
+        for index in lanes:
+            lane_seed = seeds[index] if index < len(seeds) else None
+            self._lanes[index].begin(ids[index] if index < len(ids) else "", lane_seed)
+        response = env_v1.ResetResponse(observation=self._encode_obs(obs), infos=_safe_meta(info))
+        done = time.perf_counter_ns()
+        timings = EndpointTimings(
+            total_ns=done - started,
+            decode_ns=decoded - started,
+            user_ns=called - decoded,
+            encode_ns=done - called,
+        )
+        return EnvResetResult(response=response, timings=timings)
+
+    async def step(self, request: env_v1.StepRequest) -> EnvStepResult:
+        started = time.perf_counter_ns()
+        if request.env_indices:
+            raise EnvError(
+                "an in-process Gymnasium env steps all lanes together",
+                recoverable=True,
+                operation="env.step",
+                code="UNSUPPORTED",
+            )
+        space = self.info.action_space
+        leaves = request.action.leaves if request.action is not None else []
+        try:
+            if self.vector:
+                action = _codec.decode_batch(space, leaves, self.num_envs)
+            else:
+                action = _codec.decode_lanes(space, leaves, 1)[0]
+        except Error as exc:
+            raise EnvError(
+                f"action does not decode for env {self.info.env_id}: {exc}",
+                recoverable=True,
+                operation="env.step",
+                code="INVALID_ACTION",
+            ) from exc
+        decoded = time.perf_counter_ns()
+        try:
+            obs, reward, terminated, truncated, info = await self._call(self.env.step, action)
+        except Exception as exc:
+            raise EnvError(
+                f"env {self.info.env_id} step raised {type(exc).__name__}: {exc}",
+                operation="env.step",
+                code="INTERNAL",
+            ) from exc
+        called = time.perf_counter_ns()
+        rewards = np.asarray(reward, dtype=np.float64).reshape(self.num_envs)
+        terms = np.asarray(terminated, dtype=bool).reshape(self.num_envs)
+        truncs = np.asarray(truncated, dtype=bool).reshape(self.num_envs)
+        completed = self._track(request, rewards, terms, truncs, info)
+        response = env_v1.StepResponse(
+            observation=self._encode_obs(obs),
+            rewards=[float(r) for r in rewards],
+            terminated_mask=terms.astype(np.uint8).tobytes(),
+            truncated_mask=truncs.astype(np.uint8).tobytes(),
+            infos=_safe_meta(info),
+            completed_episodes=completed,
+        )
+        done = time.perf_counter_ns()
+        timings = EndpointTimings(
+            total_ns=done - started,
+            decode_ns=decoded - started,
+            user_ns=called - decoded,
+            encode_ns=done - called,
+        )
+        return EnvStepResult(response=response, timings=timings)
+
+    def _track(
+        self,
+        request: env_v1.StepRequest,
+        rewards: np.ndarray[Any, Any],
+        terms: np.ndarray[Any, Any],
+        truncs: np.ndarray[Any, Any],
+        info: Mapping[str, Any],
+    ) -> list[env_v1.EpisodeMetadata]:
+        ids = list(request.episode_ids)
+        completed = []
+        for index, lane in enumerate(self._lanes):
+            if lane.pending_autoreset:
+                # Gymnasium's NEXT_STEP autoreset step: the lane's next episode starts here,
+                # under the id the runtime pushed; the step itself is not counted.
+                lane.begin(ids[index] if index < len(ids) else "", None)
+                continue
+            if not lane.active:
+                continue
+            lane.steps += 1
+            lane.reward += float(rewards[index])
+            if terms[index] or truncs[index]:
+                completed.append(
+                    env_v1.EpisodeMetadata(
+                        episode_id=lane.episode_id,
+                        seed=lane.seed,
+                        env_index=index,
+                        step_count=lane.steps,
+                        cumulative_reward=lane.reward,
+                        terminated=bool(terms[index]),
+                        truncated=bool(truncs[index]),
+                        start_timestamp_ns=lane.start_ns,
+                        end_timestamp_ns=time.time_ns(),
+                        final_info=self._final_info(info, index),
+                    )
+                )
+                lane.active = False
+                lane.pending_autoreset = self.autoreset == core_v1.AutoresetMode.NEXT_STEP
+        return completed
+
+    def _final_info(self, info: Mapping[str, Any], lane: int) -> spaces_v1.MetaMap | None:
+        if not self.vector:
+            return _safe_meta(info)
+        final = info.get("final_info")
+        if not isinstance(final, Mapping):
+            return None
+        mask = info.get("_final_info")
+        if mask is not None and not bool(np.asarray(mask)[lane]):
+            return None
+        picked = {}
+        for key, value in final.items():
+            if str(key).startswith("_"):
+                continue
+            flags = final.get(f"_{key}")
+            if flags is not None and not bool(np.asarray(flags)[lane]):
+                continue
+            picked[str(key)] = np.asarray(value)[lane] if np.ndim(value) else value
+        return _safe_meta(picked)
+
+    async def close(self, timeout: float) -> None:  # noqa: ASYNC109 - RuntimeEnv's signature
+        with trio.move_on_after(timeout):
+            await self._call(self.env.close)

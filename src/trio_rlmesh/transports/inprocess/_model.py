@@ -1,0 +1,256 @@
+"""A :class:`~trio_rlmesh.model.ModelHandler` as a :class:`~trio_rlmesh.runtime.RuntimeModel`.
+
+No serialization: the driver's PredictRequests are decoded straight into
+:class:`~trio_rlmesh.model.ModelObservation` groups, the whole batch goes to ONE
+``predict_grouped`` call (so a model with a batched corner runs one fused forward for
+every lane waiting on it), and each group's frames are checked against the action space
+and encoded with the batched codec.
+
+Unlike the reference adapter, every error keeps its ``recoverable`` flag (the reference's
+default wrapping dropped it, so a recoverable model decline reached the caller as
+permanent), and every error names the model, the env id and, when known, the lane.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import trio
+
+from ..._errors import Error, ModelError
+from ...model import as_handler
+from ...model._handler import (
+    ModelHandler,
+    ModelObservation,
+    PredictFrames,
+    ResolveOptions,
+    RouteContract,
+    RouteNeeds,
+)
+from ...model._wire import encode_frames, observation_from_request
+from ...protocol import core_v1, model_v1
+from ...protocol._spacespec import EnvContractInfo, read_env_contract
+from ...runtime._interfaces import EndpointTimings, ModelPrediction
+
+__all__ = ["ModelHandlerRuntimeModel"]
+
+
+def _as_route_contract(
+    contract: RouteContract | EnvContractInfo | core_v1.EnvContract,
+) -> RouteContract:
+    if isinstance(contract, RouteContract):
+        return contract
+    if isinstance(contract, core_v1.EnvContract):
+        contract = read_env_contract(contract)
+    return RouteContract.from_env_contract(contract)
+
+
+def _handler_name(handler: object) -> str:
+    name = getattr(handler, "name", None)
+    return name if isinstance(name, str) else type(handler).__name__
+
+
+class ModelHandlerRuntimeModel:
+    """Drive a model handler (or any model object) in-process from the runtime driver.
+
+    Args:
+        handler: a :class:`~trio_rlmesh.model.ModelHandler`, or a model object that
+            :func:`~trio_rlmesh.model.as_handler` accepts.
+        contract: the env's contract (decoded, a wire ``EnvContract``, or a
+            :class:`~trio_rlmesh.model.RouteContract`).
+        wants_history: whether the route negotiated observation history (the driver then
+            sends history rows). :meth:`resolve` sets it from the route's answer.
+        name: how errors name the model (default: the handler's ``name`` or class).
+    """
+
+    def __init__(
+        self,
+        handler: ModelHandler | object,
+        contract: RouteContract | EnvContractInfo | core_v1.EnvContract,
+        *,
+        wants_history: bool = False,
+        name: str | None = None,
+    ) -> None:
+        self.handler: ModelHandler = as_handler(handler)
+        self.contract = _as_route_contract(contract)
+        self.name = name or _handler_name(self.handler)
+        self._wants_history = wants_history
+        # The driver may evict episodes while a grouped predict is being prepared; the
+        # handler sees one call at a time, as a served handler does.
+        self._lock = trio.Lock()
+
+    @property
+    def wants_history(self) -> bool:
+        return self._wants_history
+
+    @property
+    def fuses_predicts(self) -> bool:
+        """Always true: ``predict_group`` is one ``predict_grouped`` call."""
+        return True
+
+    async def resolve(
+        self, env_id: str, *, execution_horizon: int = 1, delivers_history: bool = True
+    ) -> RouteNeeds:
+        """Resolve the route before driving, as the served path does at ResolveAdapter.
+
+        Sets :attr:`wants_history` from the answer.
+
+        Raises:
+            ModelError: the model refused the route (``recoverable`` kept).
+        """
+        setup = self.handler.route_setup()
+        if setup is None:
+            return RouteNeeds()
+        options = ResolveOptions(execution_horizon, delivers_history)
+        try:
+            needs = await setup.resolve_adapter(env_id, self.contract, options)
+        except Error as exc:
+            raise self._wrap(exc, env_id, "model.resolve_adapter") from exc
+        except Exception as exc:
+            raise self._wrap(exc, env_id, "model.resolve_adapter") from exc
+        self._wants_history = needs.history is not None
+        return needs
+
+    def _wrap(self, exc: BaseException, env_id: str, operation: str) -> ModelError:
+        if isinstance(exc, ModelError) and f"env {env_id!r}" in exc.message:
+            return exc.with_context(operation=operation)  # type: ignore[return-value]
+        recoverable = exc.recoverable if isinstance(exc, Error) else False
+        detail = exc.message if isinstance(exc, Error) else f"{type(exc).__name__}: {exc}"
+        error = ModelError(
+            f"model {self.name!r} failed {operation} for env {env_id!r}: {detail}",
+            recoverable=recoverable,
+            operation=operation,
+            lane=exc.lane if isinstance(exc, Error) else None,
+            code=exc.code if isinstance(exc, Error) else "INTERNAL",
+        )
+        error.__cause__ = exc
+        return error
+
+    async def predict(self, request: model_v1.PredictRequest) -> ModelPrediction:
+        (result,) = await self.predict_group([request])
+        if isinstance(result, Error):
+            raise result
+        return result
+
+    async def predict_group(
+        self, requests: Sequence[model_v1.PredictRequest]
+    ) -> list[ModelPrediction | Error]:
+        started = time.perf_counter_ns()
+        prepared: list[ModelObservation | Error] = []
+        for request in requests:
+            try:
+                prepared.append(observation_from_request(request, self.contract, model=self.name))
+            except Error as exc:
+                prepared.append(exc)
+        batch = [group for group in prepared if isinstance(group, ModelObservation)]
+        decode_ns = time.perf_counter_ns() - started
+
+        answers: list[PredictFrames | Error] = []
+        user_ns = adapter_ns = 0
+        held = None
+        if batch:
+            async with self._lock:
+                call_started = time.perf_counter_ns()
+                try:
+                    answers = list(await self.handler.predict_grouped(batch))
+                except Exception as exc:
+                    answers = [exc if isinstance(exc, Error) else ModelError(str(exc))] * len(batch)
+                finally:
+                    user_ns = time.perf_counter_ns() - call_started
+                    # Drain even after a failure, or the time leaks into the next predict.
+                    adapter_ns = self.handler.take_adapter_ns()
+                    held = self.handler.held_state()
+
+        encode_started = time.perf_counter_ns()
+        results: list[ModelPrediction | Error] = []
+        answer_iter = iter(answers)
+        for request, group in zip(requests, prepared, strict=True):
+            if isinstance(group, Error):
+                results.append(self._wrap(group, _env_of(request), "model.predict"))
+                continue
+            answer = next(answer_iter, None)
+            if answer is None:
+                results.append(
+                    ModelError(
+                        f"model {self.name!r} returned fewer results than groups "
+                        f"(env {group.env_id!r})",
+                        operation="model.predict",
+                        code="INTERNAL",
+                    )
+                )
+                continue
+            if isinstance(answer, BaseException):
+                results.append(self._wrap(answer, group.env_id, "model.predict"))
+                continue
+            try:
+                actions = encode_frames(
+                    answer,
+                    self.contract.action_space,
+                    group.num_envs,
+                    model=self.name,
+                    env_id=group.env_id,
+                )
+            except Error as exc:
+                results.append(exc)
+                continue
+            assert requests
+            assert group.request_id
+            response = model_v1.PredictResponse(
+                context=model_v1.AdapterContext(
+                    session_id=group.session_id, env_id=group.env_id, request_id=group.request_id
+                ),
+                actions=actions,
+            )
+            now = time.perf_counter_ns()
+            results.append(
+                ModelPrediction(
+                    response=response,
+                    timings=EndpointTimings(
+                        total_ns=now - started,
+                        decode_ns=decode_ns,
+                        user_ns=user_ns,
+                        encode_ns=now - encode_started,
+                        adapter_ns=adapter_ns,
+                        held_episodes=held.episodes if held is not None else None,
+                        held_state_bytes=held.bytes if held is not None else None,
+                    ),
+                )
+            )
+        return results
+
+    async def reset_adapter(self, request: model_v1.ResetAdapterRequest) -> None:
+        """Route an episode-end eviction to the route setup, then to the handler."""
+        env_id = request.context.env_id if request.context is not None else ""
+        async with self._lock:
+            try:
+                setup = self.handler.route_setup()
+                if setup is not None:
+                    await setup.reset_adapter(env_id, request.episode_ids)
+                await self.handler.reset_adapter(env_id, request.episode_ids)
+            except Exception as exc:
+                raise self._wrap(exc, env_id, "model.reset_adapter") from exc
+
+    async def release_adapter(
+        self,
+        request: model_v1.ReleaseAdapterRequest,
+        timeout: float,  # noqa: ASYNC109
+    ) -> None:
+        """Forget the route (through the route setup), giving up after ``timeout`` seconds."""
+        env_id = request.context.env_id if request.context is not None else ""
+        setup = self.handler.route_setup()
+        if setup is None:
+            return
+        with trio.move_on_after(timeout):
+            try:
+                await setup.release_adapter(env_id)
+            except Exception as exc:
+                raise self._wrap(exc, env_id, "model.release_adapter") from exc
+
+    async def aclose(self) -> None:
+        """Close the handler (runs the model's ``close`` once)."""
+        await self.handler.close()
+
+
+def _env_of(request: model_v1.PredictRequest) -> str:
+    return request.context.env_id if request.context is not None else ""

@@ -1,0 +1,58 @@
+"""Start real ``rlmesh.EnvServer`` processes for the interop tests.
+
+Every test here needs the released ``rlmesh==0.1.0`` (``nox -s interop`` installs
+it); without it the fixtures skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import pytest
+import trio
+
+HERE = Path(__file__).parent
+SERVE_ENV = HERE / "serve_env.py"
+STARTUP_TIMEOUT = 60.0
+
+
+@contextlib.asynccontextmanager
+async def rlmesh_env_server(kind: str) -> AsyncIterator[str]:
+    """Serve env ``kind`` (see ``envs.build``) with rlmesh in a subprocess; yield the address."""
+    pytest.importorskip("rlmesh")
+    with tempfile.TemporaryDirectory() as tmp:
+        ready = Path(tmp) / "address"
+        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+        process = await trio.lowlevel.open_process(
+            [sys.executable, str(SERVE_ENV), kind, str(ready)],
+            stdout=subprocess.DEVNULL,
+            env=env,
+        )
+        try:
+            with trio.fail_after(STARTUP_TIMEOUT):
+                while not ready.exists():
+                    if process.poll() is not None:
+                        raise RuntimeError(f"rlmesh server for {kind!r} exited early")
+                    await trio.sleep(0.05)
+            yield ready.read_text().strip()
+        finally:
+            process.terminate()
+            with trio.CancelScope(shield=True), trio.move_on_after(10) as scope:
+                await process.wait()
+            if scope.cancelled_caught:
+                process.kill()
+                with trio.CancelScope(shield=True):
+                    await process.wait()
+
+
+@pytest.fixture
+def env_server() -> Callable[[str], AbstractAsyncContextManager[str]]:
+    """``async with env_server("cartpole") as address: ...``"""
+    return rlmesh_env_server

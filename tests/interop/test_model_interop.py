@@ -1,0 +1,177 @@
+"""trio-rlmesh's model server and client against the real rlmesh 0.1.0.
+
+* ``rlmesh.run(rlmesh.RemoteModel(<our served model>), env)`` gives the same episodes as
+  ``rlmesh.run`` with the same policy in-process (plain and chunked, horizons 1 and 4);
+* our :class:`ModelClientRuntimeModel` calling a model served by ``python -m rlmesh.serve``
+  gets the same action frames as calling the policy directly.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import trio
+
+from trio_rlmesh import TransportError
+from trio_rlmesh.protocol import core_v1, model_v1, spaces_v1
+from trio_rlmesh.protocol._spacespec import space_to_spec
+from trio_rlmesh.spaces import decode_batch, encode_lanes, from_gymnasium
+from trio_rlmesh.transports.grpc._model_client import ModelClientRuntimeModel, open_model_client
+from trio_rlmesh.transports.grpc._model_server import serve_model
+
+from . import models
+
+pytestmark = pytest.mark.interop
+
+ServerFactory = Callable[[str], AbstractAsyncContextManager[str]]
+SEEDS = [0, 1, 2, 3, 4]
+ROOT = Path(__file__).parents[2]
+
+
+def _episodes(result: Any) -> list[tuple[int | None, int, float, bool, bool]]:
+    return [(e.seed, e.steps, e.reward, e.terminated, e.truncated) for e in result.episodes]
+
+
+@pytest.mark.parametrize("kind", ["plain", "chunk"])
+@pytest.mark.parametrize("horizon", [1, 4])
+@pytest.mark.filterwarnings("ignore:execution_horizon=4 was requested:UserWarning")
+async def test_rlmesh_remote_model_on_our_server_matches_in_process(
+    env_server: ServerFactory, kind: str, horizon: int
+) -> None:
+    rlmesh = pytest.importorskip("rlmesh")
+    ours = models.OursPlain() if kind == "plain" else models.OursChunk()
+    theirs = models.RlmeshPlain if kind == "plain" else models.RlmeshChunk
+    with trio.fail_after(120):
+        async with env_server("cartpole") as env_address, trio.open_nursery() as nursery:
+            address = await nursery.start(
+                lambda task_status: serve_model(ours, task_status=task_status)
+            )
+
+            def remote_run() -> Any:
+                return rlmesh.run(
+                    rlmesh.RemoteModel(f"tcp://{address}"),
+                    env_address,
+                    seeds=SEEDS,
+                    execution_horizon=horizon,
+                    workflow_edition="2026.06",
+                )
+
+            def local_run() -> Any:
+                return rlmesh.run(
+                    theirs(),
+                    env_address,
+                    seeds=SEEDS,
+                    execution_horizon=horizon,
+                    workflow_edition="2026.06",
+                )
+
+            remote = await trio.to_thread.run_sync(remote_run)
+            local = await trio.to_thread.run_sync(local_run)
+            nursery.cancel_scope.cancel()
+    assert _episodes(remote) == _episodes(local)
+    assert len({steps for _, steps, *_ in _episodes(local)}) > 1  # the policy is not trivial
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@asynccontextmanager
+async def rlmesh_model_server(target: str) -> AsyncIterator[str]:
+    """``python -m rlmesh.serve target`` on a free port; yields the address once it answers."""
+    pytest.importorskip("rlmesh")
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "PYTHONWARNINGS": "ignore",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+    }
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "rlmesh.serve", target, "--address", address],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        with trio.fail_after(60):
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"rlmesh.serve {target} exited early")
+                try:
+                    async with open_model_client(address):
+                        break
+                except TransportError:
+                    await trio.sleep(0.1)
+        yield address
+    finally:
+        process.terminate()
+        with trio.CancelScope(shield=True), trio.move_on_after(10):
+            await process.wait()
+        if process.poll() is None:
+            process.kill()
+
+
+@pytest.mark.parametrize(("target", "horizon"), [("RlmeshPlain", 1), ("RlmeshChunk", 4)])
+async def test_our_client_on_rlmesh_served_model_matches_direct_calls(
+    target: str, horizon: int
+) -> None:
+    env = gym.make("CartPole-v1")
+    obs_space = from_gymnasium(env.observation_space)
+    act_space = from_gymnasium(env.action_space)
+    spec = core_v1.EnvSpec(
+        id="CartPole-v1",
+        observation_space=space_to_spec(obs_space),
+        action_space=space_to_spec(act_space),
+    )
+    policy = models.PlainPolicy() if target == "RlmeshPlain" else models.ChunkPolicy()
+    rng = np.random.default_rng(0)
+    observations = [obs_space_sample(rng) for _ in range(20)]
+    with trio.fail_after(120):
+        async with (
+            rlmesh_model_server(f"tests.interop.models:{target}") as address,
+            open_model_client(address) as client,
+        ):
+            remote = ModelClientRuntimeModel(client)
+            env_id = "01a22c08-0000-7000-8000-000000000001"
+            needs = await remote.resolve(
+                env_id, spec, session_id="interop", execution_horizon=horizon
+            )
+            assert needs.history is None
+            for index, observation in enumerate(observations):
+                request = model_v1.PredictRequest(
+                    context=model_v1.AdapterContext(
+                        session_id="interop",
+                        env_id=env_id,
+                        request_id=f"{env_id}:predict:{index + 1}",
+                    ),
+                    observation=spaces_v1.SpaceValue(leaves=encode_lanes(obs_space, [observation])),
+                    episode_info=[model_v1.EpisodeInfo(episode_id=f"ep-{index}")],
+                )
+                prediction = await remote.predict(request)
+                got = [
+                    int(decode_batch(act_space, frame.leaves, 1)[0])
+                    for frame in prediction.response.actions
+                ]
+                if target == "RlmeshPlain":
+                    expected = [int(policy.predict(observation))]  # type: ignore[attr-defined]
+                else:
+                    expected = [int(a) for a in policy.predict_chunk(observation)[:horizon]]  # type: ignore[attr-defined]
+                assert got == expected, index
+                assert prediction.response.context == request.context
+
+
+def obs_space_sample(rng: np.random.Generator) -> np.ndarray[Any, Any]:
+    return rng.uniform(-0.3, 0.3, size=4).astype(np.float32)
