@@ -33,9 +33,9 @@ class HeuristicCartPole:
     1
     """
 
-    def predict(self, observation: Any) -> np.int64:
+    def predict(self, observation: Any) -> int:
         _, velocity, angle, angular_velocity = (float(v) for v in observation)
-        return np.int64(1 if angle + 0.3 * angular_velocity + 0.01 * velocity > 0 else 0)
+        return int(angle + 0.3 * angular_velocity + 0.01 * velocity > 0)
 
 
 def parse_seeds(text: str) -> list[int]:

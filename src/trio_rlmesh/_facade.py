@@ -10,7 +10,8 @@ stays free of grpclib and asyncio.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -22,6 +23,7 @@ from .protocol import WORKFLOW_EDITION
 if TYPE_CHECKING:
     from .model import ModelHandler
     from .runtime import RuntimeHooks, RuntimeLimits, RuntimeReport
+    from .transports.grpc import EnvClient
 
 __all__ = ["RunLocalOptions", "run", "run_local", "run_remote", "run_session"]
 
@@ -145,6 +147,52 @@ def _check_drivable(num_envs: int, subset_step: bool, options: RunLocalOptions) 
         )
 
 
+@asynccontextmanager
+async def _connected_env(options: RunLocalOptions) -> AsyncIterator[tuple[EnvClient, Any]]:
+    """Connect and handshake, then refuse a contract the runtime cannot drive."""
+    from .protocol import read_env_contract
+    from .transports.grpc import open_env_client
+
+    async with open_env_client(
+        options.env_address,
+        token=options.token,
+        connect_timeout=options.connect_timeout,
+        editions=(options.workflow_edition,),
+    ) as client:
+        # Decoding validates both spaces; a missing action space fails here, at connect,
+        # instead of on the first predict.
+        info = read_env_contract(client.contract)
+        _check_drivable(client.num_envs, client.subset_step, options)
+        yield client, info
+
+
+async def _drive_client(
+    client: EnvClient,
+    model: Any,
+    options: RunLocalOptions,
+    *,
+    env_id: str,
+    session_id: str,
+    hooks: RuntimeHooks | None,
+    task_status: trio.TaskStatus[Any],
+) -> RuntimeReport:
+    from .transports.grpc import EnvClientRuntimeEnv
+
+    return await run_session(
+        EnvClientRuntimeEnv(client),
+        model,
+        contract=client.contract,
+        options=options,
+        subset_step=client.subset_step,
+        workflow_edition=client.workflow_edition,
+        hooks=hooks,
+        env_capabilities=dict(client.capabilities),
+        env_id=env_id,
+        session_id=session_id,
+        task_status=task_status,
+    )
+
+
 async def run_local(
     handler: ModelHandler | Any,
     options: RunLocalOptions,
@@ -159,6 +207,8 @@ async def run_local(
     Returns the :class:`~trio_rlmesh.runtime.RuntimeReport` (status ``completed``,
     or ``cancelled`` after ``driver.cancel``); a failure raises a
     :class:`~trio_rlmesh.Error` whose ``report`` holds the episodes finished so far.
+    ``task_status.started`` receives the driver, for ``nursery.start`` callers that
+    want to ``cancel`` it.
 
     Example::
 
@@ -168,28 +218,15 @@ async def run_local(
                 report = await run_local(MyModel(), options)
     """
     from .model import ResolveOptions, as_handler
-    from .protocol import read_env_contract
     from .runtime._ids import mint_uuid7
-    from .transports.grpc import EnvClientRuntimeEnv, open_env_client
     from .transports.inprocess import ModelHandlerRuntimeModel
 
     model_handler = as_handler(handler)
-    async with open_env_client(
-        options.env_address,
-        token=options.token,
-        connect_timeout=options.connect_timeout,
-        editions=(options.workflow_edition,),
-    ) as client:
-        info = read_env_contract(client.contract)
-        if info.action_space is None:
-            raise SpecError(
-                "env contract has no action_space; a model cannot encode actions without it"
-            )
-        _check_drivable(client.num_envs, client.subset_step, options)
-        wants_history = False
+    async with _connected_env(options) as (client, info):
         # The runtime is the env-id authority: the route resolves under the id the
         # session will use, before any step, as the served path does at ResolveAdapter.
         env_id = mint_uuid7()
+        wants_history = False
         setup = model_handler.route_setup()
         if setup is not None:
             needs = await setup.resolve_adapter(
@@ -199,16 +236,13 @@ async def run_local(
             )
             wants_history = needs.history is not None
         model = ModelHandlerRuntimeModel(model_handler, info, wants_history=wants_history)
-        return await run_session(
-            EnvClientRuntimeEnv(client),
+        return await _drive_client(
+            client,
             model,
-            contract=client.contract,
-            options=options,
-            subset_step=client.subset_step,
-            workflow_edition=client.workflow_edition,
-            hooks=hooks,
-            env_capabilities=dict(client.capabilities),
+            options,
             env_id=env_id,
+            session_id=_session_id(),
+            hooks=hooks,
             task_status=task_status,
         )
 
@@ -226,50 +260,31 @@ async def run_remote(
     The route is resolved on the model server (ResolveAdapter with the env's spec,
     the execution horizon and the offer of observation history) before driving.
     """
-    from .protocol import read_env_contract
     from .runtime._ids import mint_uuid7
-    from .transports.grpc import (
-        EnvClientRuntimeEnv,
-        ModelClientRuntimeModel,
-        open_env_client,
-        open_model_client,
-    )
+    from .transports.grpc import ModelClientRuntimeModel, open_model_client
 
     async with (
-        open_env_client(
-            options.env_address,
-            token=options.token,
-            connect_timeout=options.connect_timeout,
-            editions=(options.workflow_edition,),
-        ) as client,
+        _connected_env(options) as (client, _info),
         open_model_client(model_address, token=model_token) as model_client,
     ):
-        info = read_env_contract(client.contract)
-        if info.action_space is None:
-            raise SpecError(
-                "env contract has no action_space; a model cannot encode actions without it"
-            )
-        _check_drivable(client.num_envs, client.subset_step, options)
         env_id, session_id = mint_uuid7(), _session_id()
+        env_spec = client.contract.spec
+        assert env_spec is not None  # read_env_contract refused a contract without one
         model = ModelClientRuntimeModel(model_client)
         await model.resolve(
             env_id,
-            client.contract.spec,
+            env_spec,
             session_id=session_id,
             execution_horizon=options.execution_horizon,
             workflow_edition=client.workflow_edition,
         )
-        return await run_session(
-            EnvClientRuntimeEnv(client),
+        return await _drive_client(
+            client,
             model,
-            contract=client.contract,
-            options=options,
-            subset_step=client.subset_step,
-            workflow_edition=client.workflow_edition,
-            hooks=hooks,
-            env_capabilities=dict(client.capabilities),
+            options,
             env_id=env_id,
             session_id=session_id,
+            hooks=hooks,
             task_status=task_status,
         )
 
