@@ -173,6 +173,8 @@ class RuntimeModel(Protocol):
         """Drop per-episode state for the finished episodes named in ``request``."""
         ...
 
-    async def release_adapter(self, request: model_v1.ReleaseAdapterRequest, timeout: float) -> None:
+    async def release_adapter(
+        self, request: model_v1.ReleaseAdapterRequest, timeout: float
+    ) -> None:
         """Release the route at session end, giving up after ``timeout`` seconds."""
         ...

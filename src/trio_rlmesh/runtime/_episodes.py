@@ -1,0 +1,372 @@
+"""Episode and lane bookkeeping: a pure, synchronous, table-driven state machine.
+
+Theory of operation
+-------------------
+
+A run has ``num_envs`` *lanes*. Each lane holds at most one live episode and moves
+through these states (the whole table; any other pair is illegal)::
+
+    IDLE       --RESET_SENT-->     RESETTING
+    IDLE       --RETIRE-->         RETIRED
+    RESETTING  --RESET_DONE-->     ACTIVE
+    ACTIVE     --STEPPED-->        ACTIVE
+    ACTIVE     --ENDED-->          IDLE       (the runtime owns resets)
+    ACTIVE     --ENDED_ROLLING-->  ROLLING    (the env autoresets, NEXT_STEP)
+    ROLLING    --ROLLED-->         ACTIVE
+    ROLLING    --RETIRE-->         RETIRED
+
+* ``IDLE``: no episode; the runtime must reset the lane before stepping it again.
+* ``RESETTING``: a reset naming a freshly minted id is in flight.
+* ``ACTIVE``: an episode is running; every step adds to its step count and reward.
+* ``ROLLING``: (env-owned resets, NEXT_STEP) the episode completed on the last step;
+  the lane keeps its old id for one more predict, the next step pushes the minted
+  next id, and the env rolls the lane on that step (reward 0, not counted).
+* ``RETIRED``: the run has started every episode it needs; this lane starts no more.
+
+Every change goes through :meth:`EpisodeBook._move`, which looks the pair
+``(state, event)`` up in ``_TRANSITIONS``. An illegal pair raises
+:class:`LaneStateError` and leaves the book unchanged; methods that touch several
+lanes check every lane first, so they too are all-or-nothing.
+
+The book also owns what depends only on bookkeeping: minting episode ids, planning
+seeds (explicit seeds in start order, else derived from the base seed), trial
+indices, runtime truncation caps, stale-completion detection, and the exact
+``max_episodes`` quota. It does no I/O and never reads a clock: callers pass ``now``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from .._errors import ProtocolError
+from ._ids import deterministic_reset_seed, mint_uuid7
+from ._report import EpisodeRecord, success_from_final_info
+
+__all__ = ["EpisodeBook", "LaneEvent", "LaneState", "LaneStateError", "PlannedEpisode"]
+
+
+class LaneState(enum.Enum):
+    IDLE = "idle"
+    RESETTING = "resetting"
+    ACTIVE = "active"
+    ROLLING = "rolling"
+    RETIRED = "retired"
+
+
+class LaneEvent(enum.Enum):
+    RESET_SENT = "reset_sent"
+    RESET_DONE = "reset_done"
+    STEPPED = "stepped"
+    ENDED = "ended"
+    ENDED_ROLLING = "ended_rolling"
+    ROLLED = "rolled"
+    RETIRE = "retire"
+
+
+_S, _E = LaneState, LaneEvent
+_TRANSITIONS: dict[tuple[LaneState, LaneEvent], LaneState] = {
+    (_S.IDLE, _E.RESET_SENT): _S.RESETTING,
+    (_S.IDLE, _E.RETIRE): _S.RETIRED,
+    (_S.RESETTING, _E.RESET_DONE): _S.ACTIVE,
+    (_S.ACTIVE, _E.STEPPED): _S.ACTIVE,
+    (_S.ACTIVE, _E.ENDED): _S.IDLE,
+    (_S.ACTIVE, _E.ENDED_ROLLING): _S.ROLLING,
+    (_S.ROLLING, _E.ROLLED): _S.ACTIVE,
+    (_S.ROLLING, _E.RETIRE): _S.RETIRED,
+}
+
+
+class LaneStateError(ProtocolError):
+    """An event that is illegal in the lane's current state (the book is left unchanged)."""
+
+
+@attrs.define(eq=False)
+class _Slot:
+    env_index: int
+    state: LaneState = LaneState.IDLE
+    episode_id: str = ""
+    index: int = -1
+    seed: int | None = None
+    trial: int = 0
+    steps: int = 0
+    reward: float = 0.0
+    started_at: float = 0.0
+    resets: int = 0
+    next_id: str = ""
+    predict_ms: float = 0.0
+    predicts: int = 0
+    step_ms: float = 0.0
+    env_steps: int = 0
+    """Every env step this lane took, across episodes (history rows' producer counter)."""
+
+
+@attrs.frozen
+class PlannedEpisode:
+    """An episode a reset (or roll) is about to start."""
+
+    env_index: int
+    episode_id: str
+    index: int
+    seed: int | None
+    trial: int
+
+
+@attrs.frozen
+class Completion:
+    """A counted episode end."""
+
+    record: EpisodeRecord
+    final_info: dict[str, Any] | None
+
+
+class EpisodeBook:
+    """All per-lane and per-episode state of one run. Pure: no I/O, no clock."""
+
+    def __init__(
+        self,
+        *,
+        num_envs: int,
+        session_id: str,
+        owns_resets: bool,
+        lockstep: bool = True,
+        episode_seeds: Sequence[int] = (),
+        base_seed: int | None = None,
+        max_episodes: int | None = None,
+        trial_index_base: int | None = None,
+        step_cap: int | None = None,
+        seconds_cap: float | None = None,
+        mint: Callable[[], str] = mint_uuid7,
+    ) -> None:
+        self.slots = [_Slot(k) for k in range(num_envs)]
+        self.session_id = session_id
+        self.owns_resets = owns_resets
+        self.lockstep = lockstep
+        self.episode_seeds = tuple(episode_seeds)
+        self.base_seed = base_seed
+        self.max_episodes = max_episodes
+        self.trial_base = trial_index_base or 0
+        self.step_cap = step_cap
+        self.seconds_cap = seconds_cap
+        self._mint = mint
+        self.completed: list[EpisodeRecord] = []
+        self.started = 0
+        self.generation = 0
+        self.seed_cursor = 0
+        self.discarded_seeds = 0
+        self.stale_completions = 0
+        self.over_quota = 0
+
+    # -- the table -----------------------------------------------------------------------
+
+    def state(self, lane: int) -> LaneState:
+        return self.slots[lane].state
+
+    def _check(self, lanes: Sequence[int], event: LaneEvent) -> None:
+        for lane in lanes:
+            if not 0 <= lane < len(self.slots):
+                raise LaneStateError(f"lane {lane} does not exist (num_envs={len(self.slots)})")
+            state = self.slots[lane].state
+            if (state, event) not in _TRANSITIONS:
+                raise LaneStateError(
+                    f"lane {lane}: {event.value} is illegal while the lane is {state.value}"
+                )
+
+    def _move(self, slot: _Slot, event: LaneEvent) -> None:
+        slot.state = _TRANSITIONS[(slot.state, event)]
+
+    # -- quota ---------------------------------------------------------------------------
+
+    @property
+    def quota_reached(self) -> bool:
+        return self.max_episodes is not None and len(self.completed) >= self.max_episodes
+
+    def can_start(self) -> bool:
+        """Whether starting one more episode could still be counted."""
+        return self.max_episodes is None or self.started < self.max_episodes
+
+    # -- resets --------------------------------------------------------------------------
+
+    def _plan_seeds(self, lanes: Sequence[int]) -> list[int | None]:
+        if self.episode_seeds:
+            remaining = len(self.episode_seeds) - self.seed_cursor
+            if remaining >= len(lanes):
+                claimed = self.episode_seeds[self.seed_cursor : self.seed_cursor + len(lanes)]
+                self.seed_cursor += len(lanes)
+                return list(claimed)
+            # Too few left to cover this batch: the tail is dropped and the env seeds itself.
+            self.discarded_seeds += max(remaining, 0)
+            self.seed_cursor = len(self.episode_seeds)
+            return [None] * len(lanes)
+        if self.base_seed is not None:
+            out: list[int | None] = []
+            for lane in lanes:
+                generation = self.generation if self.lockstep else self.slots[lane].resets
+                out.append(
+                    deterministic_reset_seed(self.base_seed, self.session_id, generation, lane)
+                )
+            return out
+        return [None] * len(lanes)
+
+    def _new_episode(self, slot: _Slot, seed: int | None) -> PlannedEpisode:
+        index = self.started
+        self.started += 1
+        slot.index = index
+        slot.seed = seed
+        slot.trial = self.trial_base + index
+        return PlannedEpisode(slot.env_index, slot.episode_id, index, seed, slot.trial)
+
+    def begin_reset(self, lanes: Sequence[int]) -> list[PlannedEpisode]:
+        """Mint ids, seeds and trial indices for a reset of ``lanes`` (IDLE -> RESETTING)."""
+        self._check(lanes, LaneEvent.RESET_SENT)
+        seeds = self._plan_seeds(lanes)
+        planned = []
+        for lane, seed in zip(lanes, seeds, strict=True):
+            slot = self.slots[lane]
+            self._move(slot, LaneEvent.RESET_SENT)
+            slot.episode_id = self._mint()
+            slot.resets += 1
+            planned.append(self._new_episode(slot, seed))
+        if self.lockstep:
+            self.generation += 1
+        return planned
+
+    def reset_done(self, lanes: Sequence[int], now: float) -> None:
+        """The reset answered: the lanes' episodes start now (RESETTING -> ACTIVE)."""
+        self._check(lanes, LaneEvent.RESET_DONE)
+        for lane in lanes:
+            slot = self.slots[lane]
+            self._move(slot, LaneEvent.RESET_DONE)
+            slot.steps, slot.reward, slot.started_at = 0, 0.0, now
+            slot.predict_ms, slot.predicts, slot.step_ms = 0.0, 0, 0.0
+
+    def retire(self, lane: int) -> None:
+        self._check([lane], LaneEvent.RETIRE)
+        self._move(self.slots[lane], LaneEvent.RETIRE)
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def step_ids(self, lanes: Sequence[int]) -> list[str]:
+        """Ids to push in a StepRequest: a rolling lane already carries its next id."""
+        return [
+            s.next_id if s.state is LaneState.ROLLING else s.episode_id
+            for s in (self.slots[lane] for lane in lanes)
+        ]
+
+    def episode_info(self, lanes: Sequence[int]) -> list[tuple[str, int | None]]:
+        """``(episode_id, seed)`` per lane; a rolling lane still names its old episode."""
+        return [(self.slots[lane].episode_id, self.slots[lane].seed) for lane in lanes]
+
+    def record_step(
+        self, lanes: Sequence[int], rewards: Sequence[float], now: float
+    ) -> list[tuple[PlannedEpisode, str]]:
+        """Account one env step over ``lanes``; ``rewards`` align with ``lanes`` (missing = 0).
+
+        Rolling lanes roll here (their reward on this step is the autoreset's 0 and is not
+        counted). Returns ``(new episode, old episode id)`` for each lane that rolled.
+        """
+        for lane in lanes:
+            state = self.slots[lane].state if 0 <= lane < len(self.slots) else None
+            event = LaneEvent.ROLLED if state is LaneState.ROLLING else LaneEvent.STEPPED
+            self._check([lane], event)
+        rolled = []
+        for position, lane in enumerate(lanes):
+            slot = self.slots[lane]
+            slot.env_steps += 1
+            if slot.state is LaneState.ROLLING:
+                self._move(slot, LaneEvent.ROLLED)
+                old = slot.episode_id
+                slot.episode_id, slot.next_id = slot.next_id, ""
+                slot.steps, slot.reward, slot.started_at = 0, 0.0, now
+                slot.predict_ms, slot.predicts, slot.step_ms = 0.0, 0, 0.0
+                rolled.append((self._new_episode(slot, None), old))
+                continue
+            self._move(slot, LaneEvent.STEPPED)
+            slot.steps += 1
+            slot.reward += float(rewards[position]) if position < len(rewards) else 0.0
+        return rolled
+
+    def note_predict(self, lanes: Sequence[int], ms: float) -> None:
+        for lane in lanes:
+            slot = self.slots[lane]
+            slot.predict_ms += ms
+            slot.predicts += 1
+
+    def note_step(self, lanes: Sequence[int], ms: float) -> None:
+        for lane in lanes:
+            self.slots[lane].step_ms += ms
+
+    # -- completions ---------------------------------------------------------------------
+
+    def is_current(self, env_index: int, episode_id: str, lanes: Sequence[int]) -> bool:
+        """Whether an env-reported completion names a live episode of one of ``lanes``.
+
+        Anything else (an unknown lane, an id the lane no longer holds, a second report
+        for the same episode) is stale: it is counted in ``stale_completions``.
+        An empty id is taken to mean the lane's current episode.
+        """
+        if env_index in lanes and 0 <= env_index < len(self.slots):
+            slot = self.slots[env_index]
+            if slot.state is LaneState.ACTIVE and episode_id in ("", slot.episode_id):
+                return True
+        self.stale_completions += 1
+        return False
+
+    def capped_lanes(self, lanes: Sequence[int], now: float, exclude: set[int]) -> list[int]:
+        """Active lanes of ``lanes`` that reached the step or time cap (in lane order)."""
+        out = []
+        for lane in lanes:
+            slot = self.slots[lane]
+            if lane in exclude or slot.state is not LaneState.ACTIVE:
+                continue
+            by_steps = self.step_cap is not None and slot.steps >= self.step_cap
+            by_time = self.seconds_cap is not None and now - slot.started_at >= self.seconds_cap
+            if by_steps or by_time:
+                out.append(lane)
+        return out
+
+    def end_episode(
+        self,
+        lane: int,
+        *,
+        terminated: bool,
+        truncated: bool,
+        final_info: Mapping[str, Any] | None,
+        now: float,
+    ) -> tuple[str, Completion | None]:
+        """End the lane's episode; returns ``(ended id, completion or None when over quota)``.
+
+        With env-owned resets the lane starts ROLLING with a freshly minted next id;
+        otherwise it goes IDLE and waits for a runtime reset.
+        """
+        event = LaneEvent.ENDED if self.owns_resets else LaneEvent.ENDED_ROLLING
+        self._check([lane], event)
+        slot = self.slots[lane]
+        self._move(slot, event)
+        if event is LaneEvent.ENDED_ROLLING:
+            slot.next_id = self._mint()
+        ended = slot.episode_id
+        if self.quota_reached:
+            self.over_quota += 1
+            return ended, None
+        info = dict(final_info) if final_info is not None else None
+        record = EpisodeRecord(
+            index=slot.index,
+            env_index=lane,
+            episode_id=ended,
+            seed=slot.seed,
+            trial=slot.trial,
+            steps=slot.steps,
+            reward=slot.reward,
+            terminated=terminated,
+            truncated=truncated,
+            success=success_from_final_info(info),
+            duration_s=max(0.0, now - slot.started_at),
+            predict_ms=slot.predict_ms / slot.predicts if slot.predicts else 0.0,
+            step_ms=slot.step_ms / slot.steps if slot.steps else 0.0,
+        )
+        self.completed.append(record)
+        return ended, Completion(record, info)

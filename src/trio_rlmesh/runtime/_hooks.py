@@ -1,0 +1,256 @@
+"""Hooks: a base class of no-op async methods, the events they receive, and the dispatcher.
+
+Subclass :class:`RuntimeHooks` and override what you need. The driver checks once, at
+construction, which methods a subclass overrides and only ever calls those, so an
+unused hook costs nothing per step.
+
+Two hooks change the run: ``transform_observation`` and ``transform_action`` may return
+replacement leaves (``None`` keeps the payload); if either raises, the run fails with
+:class:`~trio_rlmesh.HookError` chained to the original. Every other hook only
+observes: if it raises, the error is logged on ``trio_rlmesh.runtime`` and counted in
+``RuntimeReport.hook_errors``, and the run goes on.
+
+Order for a single-lane run with one two-step episode::
+
+    session_started
+    episode_started
+    transform_observation, observation_emitted     (reset observation, step 0)
+    transform_action, action_received              (step 1)
+    step_completed                                 (step 1)
+    transform_observation, observation_emitted     (step 1)
+    transform_action, action_received              (step 2)
+    step_completed                                 (step 2)
+    episode_completed
+    session_ended                                  (after env close / model release)
+    on_telemetry(horizon="session")
+
+A failed run ends with ``on_telemetry(horizon="session")`` then ``session_failed``.
+Window telemetry may arrive at any point in between.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import attrs
+
+from ._report import EpisodeRecord
+from ._telemetry import TelemetryRow
+
+__all__ = [
+    "ActionReceived",
+    "EpisodeCompleted",
+    "EpisodeStarted",
+    "ObservationEmitted",
+    "RuntimeHooks",
+    "SessionEnded",
+    "SessionFailed",
+    "SessionStarted",
+    "StepCompleted",
+    "Telemetry",
+]
+
+logger = logging.getLogger("trio_rlmesh.runtime")
+
+Leaves = Sequence[bytes]
+
+
+@attrs.frozen
+class SessionStarted:
+    session_id: str
+    env_id: str
+    num_envs: int
+    lanes_step_individually: bool
+
+
+@attrs.frozen
+class SessionEnded:
+    """The run returned a report (``status`` is ``"completed"`` or ``"cancelled"``)."""
+
+    session_id: str
+    env_id: str
+    status: str
+    reason: str | None
+    total_steps: int
+    total_episodes: int
+
+
+@attrs.frozen
+class SessionFailed:
+    """The run is about to raise: ``error`` failed it, or (``None``) the caller cancelled it."""
+
+    session_id: str
+    env_id: str
+    reason: str
+    error: BaseException | None
+    total_steps: int
+    total_episodes: int
+
+
+@attrs.frozen
+class EpisodeStarted:
+    session_id: str
+    env_id: str
+    episode_id: str
+    index: int
+    """0-based start-order index (the future ``EpisodeRecord.index``)."""
+    env_index: int
+    seed: int | None
+    trial: int
+    auto_reset: bool
+    """True when the env rolled the lane itself (NEXT_STEP), False after a runtime reset."""
+
+
+@attrs.frozen
+class EpisodeCompleted:
+    session_id: str
+    env_id: str
+    record: EpisodeRecord
+    final_info: dict[str, Any] | None
+    """The env's final info for the episode (``None`` for runtime truncations)."""
+
+
+@attrs.frozen
+class ObservationEmitted:
+    """An observation about to go to the model (or, when replaying, to be skipped)."""
+
+    session_id: str
+    env_id: str
+    env_indices: tuple[int, ...]
+    """The lanes it covers, in leaf-batch order."""
+    episode_ids: tuple[str, ...]
+    step: int
+    """Episode step count of the first lane (0 right after a reset)."""
+    is_reset: bool
+    observation: tuple[bytes, ...]
+
+
+@attrs.frozen
+class ActionReceived:
+    """An action frame about to be sent to the env."""
+
+    session_id: str
+    env_id: str
+    env_indices: tuple[int, ...]
+    episode_ids: tuple[str, ...]
+    step: int
+    """The episode step this action produces (first lane)."""
+    replayed: bool
+    """True when the frame came from an earlier chunk instead of a fresh predict."""
+    action: tuple[bytes, ...]
+
+
+@attrs.frozen
+class StepCompleted:
+    session_id: str
+    env_id: str
+    env_indices: tuple[int, ...]
+    episode_ids: tuple[str, ...]
+    step: int
+    rewards: tuple[float, ...]
+    total_steps: int
+
+
+@attrs.frozen
+class Telemetry:
+    session_id: str
+    env_id: str
+    horizon: Literal["window", "session"]
+    rows: tuple[TelemetryRow, ...]
+
+
+class RuntimeHooks:
+    """Base class of run observers and transforms; every method is a no-op.
+
+    >>> class CountSteps(RuntimeHooks):
+    ...     def __init__(self) -> None:
+    ...         self.steps = 0
+    ...
+    ...     async def step_completed(self, event: StepCompleted) -> None:
+    ...         self.steps += 1
+    """
+
+    async def session_started(self, event: SessionStarted) -> None:
+        """Once, before the first reset."""
+
+    async def episode_started(self, event: EpisodeStarted) -> None:
+        """Per new episode: after its reset, or when an autoreset lane rolls."""
+
+    async def transform_observation(self, event: ObservationEmitted) -> Leaves | None:
+        """Return replacement leaves, or ``None`` to keep them. Raising fails the run."""
+        return None
+
+    async def observation_emitted(self, event: ObservationEmitted) -> None:
+        """After ``transform_observation``, with the payload the model will see."""
+
+    async def transform_action(self, event: ActionReceived) -> Leaves | None:
+        """Return replacement leaves, or ``None`` to keep them. Raising fails the run."""
+        return None
+
+    async def action_received(self, event: ActionReceived) -> None:
+        """After ``transform_action``, with the payload the env will get."""
+
+    async def step_completed(self, event: StepCompleted) -> None:
+        """After every env step, before its completions are processed."""
+
+    async def episode_completed(self, event: EpisodeCompleted) -> None:
+        """Per counted completion (never more than ``max_episodes`` in all)."""
+
+    async def session_ended(self, event: SessionEnded) -> None:
+        """When the run returns its report, after env close and model release."""
+
+    async def session_failed(self, event: SessionFailed) -> None:
+        """When the run is about to raise, after env close and model release."""
+
+    async def on_telemetry(self, event: Telemetry) -> None:
+        """Window snapshots while running, then one session snapshot at the end."""
+
+
+_OBSERVERS = (
+    "session_started",
+    "episode_started",
+    "observation_emitted",
+    "action_received",
+    "step_completed",
+    "episode_completed",
+    "session_ended",
+    "session_failed",
+    "on_telemetry",
+)
+_TRANSFORMS = ("transform_observation", "transform_action")
+
+
+class HookDispatcher:
+    """Calls only the hooks a subclass overrides; counts and logs observer failures."""
+
+    def __init__(self, hooks: RuntimeHooks | None) -> None:
+        self._hooks = hooks
+        self.errors = 0
+        base = RuntimeHooks
+        self.overridden: frozenset[str] = frozenset(
+            name
+            for name in _OBSERVERS + _TRANSFORMS
+            if hooks is not None and getattr(type(hooks), name, None) is not getattr(base, name)
+        )
+
+    def wants(self, name: str) -> bool:
+        return name in self.overridden
+
+    async def fire(self, name: str, event: object) -> None:
+        """Deliver ``event`` to observer ``name``, if overridden; a raise is logged and counted."""
+        if name not in self.overridden:
+            return
+        try:
+            await getattr(self._hooks, name)(event)
+        except Exception:
+            self.errors += 1
+            logger.warning("runtime hook %s raised; the run goes on", name, exc_info=True)
+
+    async def transform(self, name: str, event: object) -> Leaves | None:
+        """Run transform ``name`` (if overridden); its exceptions propagate to the caller."""
+        if name not in self.overridden:
+            return None
+        result: Leaves | None = await getattr(self._hooks, name)(event)
+        return result

@@ -1,0 +1,118 @@
+"""What a run leaves behind: an :class:`EpisodeRecord` per episode, and the report."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+
+from ..protocol import INFO_IS_SUCCESS, INFO_SUCCESS
+from ._telemetry import TelemetryRow
+
+__all__ = ["EpisodeRecord", "RunStatus", "RuntimeReport", "success_from_final_info"]
+
+RunStatus = Literal["completed", "cancelled", "failed"]
+
+
+def success_from_final_info(final_info: Mapping[str, Any] | None) -> bool | None:
+    """The task outcome an env reported: ``is_success`` first, then ``success``.
+
+    A bool is taken as is, an int counts when non-zero, a float when not 0.0; any other
+    type (or neither key) means unknown.
+
+    >>> success_from_final_info({"success": 1}), success_from_final_info({"is_success": "yes"})
+    (True, None)
+    """
+    if not final_info:
+        return None
+    for key in (INFO_IS_SUCCESS, INFO_SUCCESS):
+        if key not in final_info:
+            continue
+        value = final_info[key]
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, (int, float)):
+            return value != 0
+        return None
+    return None
+
+
+@attrs.frozen
+class EpisodeRecord:
+    """One completed episode."""
+
+    index: int
+    """0-based, in episode *start* order across the whole run."""
+    env_index: int
+    """The lane it ran on."""
+    episode_id: str
+    seed: int | None
+    """The reset seed the runtime sent for it; ``None`` when the env chose."""
+    trial: int
+    """``trial_index_base + index``: the ``trial_index`` reset option (for envs that take one)."""
+    steps: int
+    reward: float
+    terminated: bool
+    truncated: bool
+    success: bool | None
+    duration_s: float
+    """From its reset (or autoreset roll) to its completion, on the trio clock."""
+    predict_ms: float
+    """Mean duration of the predicts that served this episode (0.0 if none did)."""
+    step_ms: float
+    """Mean duration of this episode's env steps."""
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The DESIGN.md report schema for one episode."""
+        return {
+            "index": self.index,
+            "seed": self.seed,
+            "steps": self.steps,
+            "reward": self.reward,
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+            "success": self.success,
+            "duration_s": self.duration_s,
+        }
+
+
+@attrs.frozen
+class RuntimeReport:
+    """The outcome of one run: returned by ``run()``, or attached to its error as ``.report``."""
+
+    status: RunStatus
+    reason: str | None
+    session_id: str
+    env_id: str
+    episodes: tuple[EpisodeRecord, ...]
+    """Completed episodes in completion order (never more than ``max_episodes``)."""
+    total_steps: int
+    """Env step calls made (one per vector step; one per lane step on a lane endpoint)."""
+    telemetry: tuple[TelemetryRow, ...] = ()
+    """Session-horizon rows."""
+    advisories: tuple[str, ...] = ()
+    """Things worth knowing that did not fail the run (discarded frames, failed evictions, ...)."""
+    hook_errors: int = 0
+    """Observer hooks that raised (each was logged and ignored)."""
+
+    @property
+    def total_episodes(self) -> int:
+        return len(self.episodes)
+
+    @property
+    def mean_reward(self) -> float:
+        if not self.episodes:
+            return 0.0
+        return sum(e.reward for e in self.episodes) / len(self.episodes)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Exactly the DESIGN.md JSON report schema (``json.dumps`` it as is)."""
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "total_steps": self.total_steps,
+            "mean_reward": self.mean_reward,
+            "episodes": [episode.to_json_dict() for episode in self.episodes],
+            "telemetry": [row.to_json_dict() for row in self.telemetry],
+        }

@@ -1,0 +1,269 @@
+"""What one run drives: :class:`RuntimeSessionSpec`, its :class:`RuntimeLimits` and peer ceilings.
+
+``RuntimeSessionSpec.validate`` applies the reference's rules in the reference's order
+(the first failing rule names what to change), adapted to 0.1.0's lane endpoints: an
+env that advertises ``subset_step`` steps and resets each lane on its own, so a vector
+of lanes may run with driver-owned (DISABLED) resets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from .._errors import SpecError
+from ..protocol import (
+    MAX_MESSAGE_SIZE,
+    META_RESET_OPTIONS,
+    RESET_OPTION_TRIAL_INDEX,
+    SUPPORTED_WORKFLOW_EDITIONS,
+    WORKFLOW_EDITION,
+    core_v1,
+    spaces_v1,
+    value_to_python,
+)
+
+__all__ = ["DEFAULT_MAX_EPISODE_STEPS", "PeerCeiling", "RuntimeLimits", "RuntimeSessionSpec"]
+
+DEFAULT_MAX_EPISODE_STEPS = 100_000
+"""Step cap applied to every episode when the driver owns resets and no cap was given."""
+
+_KNOWN_AUTORESET = frozenset(int(mode) for mode in core_v1.AutoresetMode)
+_DRIVER_OWNED = frozenset(
+    {int(core_v1.AutoresetMode.UNSPECIFIED), int(core_v1.AutoresetMode.DISABLED)}
+)
+
+
+def _check_timeout(instance: Any, attribute: Any, value: Any) -> None:
+    if value is not None and not value >= 0:
+        raise SpecError(
+            f"RuntimeLimits.{attribute.name} must be None (no deadline) or >= 0 seconds, "
+            f"got {value!r}"
+        )
+
+
+@attrs.frozen
+class RuntimeLimits:
+    """Deadlines for every operation the driver awaits, in seconds (``None`` = no deadline).
+
+    >>> RuntimeLimits(model_predict_timeout=0.5).env_step_timeout
+    300.0
+    """
+
+    env_reset_timeout: float | None = attrs.field(default=300.0, validator=_check_timeout)
+    """Bounds every reset; also sent in ``ResetRequest.timeout_ms``."""
+    env_step_timeout: float | None = attrs.field(default=300.0, validator=_check_timeout)
+    """Bounds every step; also sent in ``StepRequest.timeout_ms``."""
+    model_predict_timeout: float | None = attrs.field(default=300.0, validator=_check_timeout)
+    """Bounds every predict (and every background ``reset_adapter``)."""
+    service_close_timeout: float | None = attrs.field(default=5.0, validator=_check_timeout)
+    """Bounds env close, model release and every other cleanup step at the end of a run."""
+    telemetry_window: float | None = attrs.field(default=1.0, validator=_check_timeout)
+    """Period of the live telemetry ticker; ``None`` or ``0`` turns the ticker off."""
+
+
+def timeout_ms(seconds: float | None) -> int:
+    """A limit as the wire's ``timeout_ms`` (``0`` = no deadline), saturating at u64."""
+    if seconds is None or math.isinf(seconds):
+        return 0
+    return min(max(int(seconds * 1000), 0), (1 << 64) - 1)
+
+
+@attrs.frozen
+class PeerCeiling:
+    """What one peer can decode: its edition, its capability map and its message-size cap."""
+
+    edition: str = WORKFLOW_EDITION
+    capabilities: Mapping[str, str] = attrs.field(factory=dict)
+    max_message_size: int = MAX_MESSAGE_SIZE
+
+
+def _seed_tuple(seeds: Iterable[int]) -> tuple[int, ...]:
+    return tuple(seeds)
+
+
+def _blank(value: str) -> bool:
+    return not value.strip()
+
+
+@attrs.frozen
+class RuntimeSessionSpec:
+    """Everything one driver run needs to know about its route (the seed's session spec).
+
+    ``env_contract`` is the contract the env handshake returned. Build the spec, then hand
+    it to :class:`~trio_rlmesh.runtime.RuntimeDriver`, which calls :meth:`validate` before
+    anything else happens.
+    """
+
+    session_id: str
+    """Correlation label; part of every AdapterContext and an input of derived seeds."""
+    env_id: str
+    """The route key (a UUIDv7 minted by whoever attached the env); prefixes request ids."""
+    env_contract: core_v1.EnvContract
+    """The negotiated env contract; the driver reads the spaces, autoreset mode and metadata."""
+    num_envs: int = 1
+    """Number of lanes."""
+    env_component_id: str = "local-env"
+    model_component_id: str = "local-model"
+    workflow_edition: str = WORKFLOW_EDITION
+    base_seed: int | None = None
+    """Derive a reset seed per lane and reset (ignored when ``episode_seeds`` is non-empty)."""
+    episode_seeds: tuple[int, ...] = attrs.field(default=(), converter=_seed_tuple)
+    """Explicit reset seeds, consumed in episode-start order."""
+    max_episodes: int | None = None
+    """End the run after exactly this many completed episodes (``None``: run until cancelled)."""
+    trial_index_base: int | None = None
+    """First ``trial_index`` reset option (episode ``k`` gets ``base + k``); default 0."""
+    max_episode_steps: int | None = None
+    max_episode_seconds: float | None = None
+    close_env_on_end: bool = False
+    subset_step: bool = False
+    """The env is a lane endpoint: each lane steps and resets on its own (``subset_step``)."""
+    limits: RuntimeLimits = attrs.field(factory=RuntimeLimits)
+    env_ceiling: PeerCeiling | None = None
+    model_ceiling: PeerCeiling | None = None
+
+    # -- derived views ------------------------------------------------------------------
+
+    @property
+    def autoreset_mode(self) -> int:
+        """The contract's autoreset mode as a plain int (unknown values kept as is)."""
+        return int(self.env_contract.autoreset_mode)
+
+    @property
+    def driver_owns_resets(self) -> bool:
+        """Whether the driver resets finished lanes itself (DISABLED or UNSPECIFIED)."""
+        return self.autoreset_mode in _DRIVER_OWNED
+
+    @property
+    def lanes_step_individually(self) -> bool:
+        """Whether lanes are driven one by one (a lane endpoint with several lanes)."""
+        return self.subset_step and self.num_envs > 1 and self.driver_owns_resets
+
+    @property
+    def observation_space(self) -> spaces_v1.SpaceSpec | None:
+        spec = self.env_contract.spec
+        return None if spec is None else spec.observation_space
+
+    @property
+    def action_space(self) -> spaces_v1.SpaceSpec | None:
+        spec = self.env_contract.spec
+        return None if spec is None else spec.action_space
+
+    @property
+    def sends_trial_index(self) -> bool:
+        """Whether the env declared ``trial_index`` in its ``rlmesh.env.v1.reset_options``."""
+        spec = self.env_contract.spec
+        if spec is None or spec.metadata is None:
+            return False
+        entry = spec.metadata.entries.get(META_RESET_OPTIONS)
+        if entry is None:
+            return False
+        declared = value_to_python(entry)
+        return isinstance(declared, list) and RESET_OPTION_TRIAL_INDEX in declared
+
+    @property
+    def step_cap(self) -> int | None:
+        """The per-episode step cap in force (the implicit default when the driver owns resets)."""
+        if self.max_episode_steps is not None:
+            return self.max_episode_steps
+        return DEFAULT_MAX_EPISODE_STEPS if self.driver_owns_resets else None
+
+    # -- validation ---------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Raise :class:`~trio_rlmesh.SpecError` for the first rule this spec breaks.
+
+        The order is the reference's, so the same spec fails with the same message.
+        """
+        for field, value in (
+            ("session_id", self.session_id),
+            ("env_id", self.env_id),
+            ("env_component_id", self.env_component_id),
+            ("model_component_id", self.model_component_id),
+        ):
+            if _blank(value):
+                raise SpecError(f"runtime {field} must not be empty")
+        if self.num_envs < 1:
+            raise SpecError("runtime num_envs must be greater than zero")
+        if self.observation_space is None:
+            raise SpecError("runtime env_contract is missing observation_space")
+        if self.action_space is None:
+            raise SpecError("runtime env_contract is missing action_space")
+        if self.max_episodes is not None and self.max_episodes <= 0:
+            raise SpecError(
+                "runtime max_episodes must be greater than zero when set "
+                "(leave it None to run until cancelled)"
+            )
+        if self.max_episode_steps is not None and self.max_episode_steps <= 0:
+            raise SpecError("runtime max_episode_steps must be greater than zero when set")
+        seconds = self.max_episode_seconds
+        if seconds is not None and not seconds > 0.0:
+            # NaN fails here too: the reference lets it through and then never caps.
+            raise SpecError("runtime max_episode_seconds must be greater than zero when set")
+        per_lane = self.lanes_step_individually
+        seeds = len(self.episode_seeds)
+        if seeds and self.num_envs > 1 and not per_lane and seeds % self.num_envs:
+            raise SpecError(
+                f"episode_seeds ({seeds} seeds) must be a multiple of num_envs "
+                f"({self.num_envs}) for a vectorized env: every reset seeds the whole vector; "
+                "add or drop seeds so they cover whole batches"
+            )
+        if not self.driver_owns_resets:
+            mode = _mode_name(self.autoreset_mode)
+            if seeds:
+                raise SpecError(
+                    f"episode_seeds requires an env with autoreset disabled (this env uses {mode}):"
+                    " "
+                    "the env resets its own lanes, so the runtime cannot seed them; drop "
+                    "episode_seeds or serve the env with autoreset disabled"
+                )
+            if self.max_episode_steps is not None or self.max_episode_seconds is not None:
+                raise SpecError(
+                    "max_episode_steps / max_episode_seconds require an env with autoreset "
+                    f"disabled (this env uses {mode}): the runtime cannot reset a lane the env "
+                    "owns; drop the caps or serve the env with autoreset disabled"
+                )
+            if self.trial_index_base is not None:
+                raise SpecError(
+                    f"trial_index_base requires an env with autoreset disabled (this env uses "
+                    f"{mode}): trial indices travel in reset options, and the env resets its "
+                    "own lanes; drop trial_index_base or serve the env with autoreset disabled"
+                )
+        edition = self.workflow_edition.strip()
+        if edition not in SUPPORTED_WORKFLOW_EDITIONS:
+            raise SpecError(
+                f'runtime cannot drive workflow edition "{self.workflow_edition}"; this build '
+                f"implements {list(SUPPORTED_WORKFLOW_EDITIONS)}"
+            )
+        if self.autoreset_mode not in _KNOWN_AUTORESET:
+            raise SpecError(
+                f"unknown autoreset mode {self.autoreset_mode} on the wire; this build supports "
+                "UNSPECIFIED, NEXT_STEP, SAME_STEP, DISABLED only"
+            )
+        if self.autoreset_mode == int(core_v1.AutoresetMode.SAME_STEP):
+            raise SpecError(
+                "SAME_STEP autoreset is reserved but not yet supported by the runtime; serve the "
+                "env with NEXT_STEP or DISABLED autoreset"
+            )
+        if (
+            self.num_envs > 1
+            and self.autoreset_mode != int(core_v1.AutoresetMode.NEXT_STEP)
+            and not self.subset_step
+        ):
+            raise SpecError(
+                f"vectorized runtime sessions (num_envs > 1) require NEXT_STEP autoreset unless "
+                f"the env steps lanes individually (subset_step); this env has "
+                f"num_envs={self.num_envs} with {_mode_name(self.autoreset_mode)}: serve the "
+                "vector env with NEXT_STEP autoreset, as a lane endpoint, or with num_envs=1"
+            )
+
+
+def _mode_name(mode: int) -> str:
+    try:
+        return core_v1.AutoresetMode(mode).name or str(mode)
+    except ValueError:  # pragma: no cover - betterproto2 keeps unknown values
+        return str(mode)

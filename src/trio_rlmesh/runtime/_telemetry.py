@@ -1,0 +1,220 @@
+"""Bounded per-operation telemetry: reservoirs, summary rows and a table formatter.
+
+Every sample is a value for one ``(op, metric)`` series and goes into two reservoirs:
+the *window* one (emptied by each ticker flush) and the *session* one (kept for the
+whole run). A reservoir holds at most 8192 samples (Algorithm R with the reference's
+xorshift64* generator), so memory stays flat however long a run goes; ``count`` still
+counts every sample pushed. Statistics are the arithmetic mean and nearest-rank
+percentiles at index ``ceil((n - 1) * p)`` of the sorted retained samples.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Final, Literal
+
+import attrs
+
+__all__ = [
+    "METRIC_UNITS",
+    "Reservoir",
+    "TelemetryRecorder",
+    "TelemetryRow",
+    "XorShift64Star",
+    "format_telemetry",
+    "summarize",
+]
+
+RESERVOIR_CAPACITY: Final = 8192
+_RNG_SEED: Final = 0x9E3779B97F4A7C15
+_U64: Final = (1 << 64) - 1
+
+METRIC_UNITS: Final[dict[str, str]] = {
+    "rpc.total": "ms",
+    "endpoint.total": "ms",
+    "endpoint.decode": "ms",
+    "endpoint.user": "ms",
+    "endpoint.encode": "ms",
+    "endpoint.queue": "ms",
+    "predict.adapter": "ms",
+    "held.episodes": "count",
+    "held.bytes": "bytes",
+    "request.bytes": "bytes",
+    "response.bytes": "bytes",
+    "group.size": "count",
+}
+"""The metric catalogue (also the allow-list) with each metric's unit."""
+
+Horizon = Literal["window", "session"]
+
+
+class XorShift64Star:
+    """The reservoir's generator: xorshift64* (shifts 12/25/27, multiplier 0x2545F4914F6CDD1D)."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, seed: int = _RNG_SEED) -> None:
+        self.state = seed & _U64
+
+    def next(self) -> int:
+        x = self.state
+        x ^= x >> 12
+        x ^= (x << 25) & _U64
+        x ^= x >> 27
+        self.state = x
+        return (x * 0x2545F4914F6CDD1D) & _U64
+
+
+class Reservoir:
+    """A uniform sample of at most ``capacity`` values out of everything pushed."""
+
+    __slots__ = ("_rng", "capacity", "samples", "seen")
+
+    def __init__(self, capacity: int = RESERVOIR_CAPACITY) -> None:
+        self.capacity = capacity
+        self.samples: list[float] = []
+        self.seen = 0
+        self._rng = XorShift64Star()
+
+    def push(self, value: float) -> None:
+        self.seen += 1
+        if len(self.samples) < self.capacity:
+            self.samples.append(value)
+            return
+        slot = self._rng.next() % self.seen
+        if slot < self.capacity:
+            self.samples[slot] = value
+
+    def clear(self) -> None:
+        """Drop the samples and the count; the generator keeps its state."""
+        self.samples.clear()
+        self.seen = 0
+
+
+def summarize(samples: Sequence[float]) -> tuple[float, float, float, float] | None:
+    """``(avg, p50, p95, p99)`` of ``samples``, or ``None`` when there are none.
+
+    >>> summarize([10.0, 20.0, 30.0, 40.0])
+    (25.0, 30.0, 40.0, 40.0)
+    """
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    last = len(ordered) - 1
+
+    def rank(p: float) -> float:
+        return ordered[min(last, math.ceil(last * p))]
+
+    return (math.fsum(ordered) / len(ordered), rank(0.50), rank(0.95), rank(0.99))
+
+
+@attrs.frozen
+class TelemetryRow:
+    """Summary of one ``(op, metric)`` series over one horizon."""
+
+    op: str
+    metric: str
+    unit: str
+    count: int
+    """Every sample pushed, including those the reservoir no longer holds."""
+    avg: float
+    p50: float
+    p95: float
+    p99: float
+
+    def to_json_dict(self) -> dict[str, object]:
+        return {
+            "op": self.op,
+            "metric": self.metric,
+            "unit": self.unit,
+            "count": self.count,
+            "avg": self.avg,
+            "p50": self.p50,
+            "p95": self.p95,
+            "p99": self.p99,
+        }
+
+
+class _Series:
+    __slots__ = ("session", "window")
+
+    def __init__(self) -> None:
+        self.window = Reservoir()
+        self.session = Reservoir()
+
+
+class TelemetryRecorder:
+    """Collects samples per ``(op, metric)``; cheap to push, summarized on demand.
+
+    >>> recorder = TelemetryRecorder()
+    >>> for ms in (10, 20, 30, 40):
+    ...     recorder.record("model.predict", "rpc.total", ms)
+    >>> [(r.op, r.count, r.p50) for r in recorder.snapshot("session")]
+    [('model.predict', 4, 30)]
+    """
+
+    def __init__(self) -> None:
+        self._series: dict[tuple[str, str], _Series] = {}
+
+    def record(self, op: str, metric: str, value: float) -> None:
+        if metric not in METRIC_UNITS:
+            raise ValueError(f"unknown telemetry metric {metric!r}; known: {sorted(METRIC_UNITS)}")
+        series = self._series.get((op, metric))
+        if series is None:
+            series = self._series[(op, metric)] = _Series()
+        series.window.push(value)
+        series.session.push(value)
+
+    def record_ns(self, op: str, metric: str, nanoseconds: int | None) -> None:
+        """Record a nanosecond duration as milliseconds; ``None`` records nothing."""
+        if nanoseconds is not None:
+            self.record(op, metric, nanoseconds / 1e6)
+
+    def snapshot(self, horizon: Horizon) -> list[TelemetryRow]:
+        """One row per series with samples in ``horizon``, sorted by ``(op, metric)``."""
+        rows = []
+        for (op, metric), series in sorted(self._series.items()):
+            reservoir = series.window if horizon == "window" else series.session
+            stats = summarize(reservoir.samples)
+            if stats is None:
+                continue
+            avg, p50, p95, p99 = stats
+            rows.append(
+                TelemetryRow(op, metric, METRIC_UNITS[metric], reservoir.seen, avg, p50, p95, p99)
+            )
+        return rows
+
+    def flush_window(self) -> None:
+        for series in self._series.values():
+            series.window.clear()
+
+
+def format_telemetry(rows: Iterable[TelemetryRow]) -> str:
+    """Render rows as a fixed-width text table (one line per row, a header first).
+
+    >>> print(format_telemetry([TelemetryRow("env.step", "rpc.total", "ms", 3, 1.5, 1, 2, 2)]))
+    op        metric     unit  count    avg    p50    p95    p99
+    env.step  rpc.total  ms        3  1.500  1.000  2.000  2.000
+    """
+    header = ("op", "metric", "unit", "count", "avg", "p50", "p95", "p99")
+    body = [
+        (
+            r.op,
+            r.metric,
+            r.unit,
+            str(r.count),
+            f"{r.avg:.3f}",
+            f"{r.p50:.3f}",
+            f"{r.p95:.3f}",
+            f"{r.p99:.3f}",
+        )
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+    lines = []
+    for line in [header, *body]:
+        left = [cell.ljust(widths[i]) for i, cell in enumerate(line[:3])]
+        right = [cell.rjust(widths[i + 3]) for i, cell in enumerate(line[3:])]
+        lines.append("  ".join(left + right).rstrip())
+    return "\n".join(lines)

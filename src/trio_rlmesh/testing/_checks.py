@@ -1,0 +1,265 @@
+"""Conformance checks any :class:`RuntimeEnv` / :class:`RuntimeModel` implementation can run.
+
+Each check drives the implementation through the calls the driver makes, with the
+shapes the driver sends, and raises :class:`ConformanceError` naming the first thing
+that differs from what the driver needs. Every call is bounded by ``call_timeout``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import trio
+
+from .._errors import Error
+from ..protocol import DEFAULT_ENV_TIMEOUT_MS, core_v1, env_v1, model_v1, spaces_v1
+from ..runtime._ids import mint_uuid7
+from ..runtime._interfaces import (
+    EnvResetResult,
+    EnvStepResult,
+    ModelPrediction,
+    RuntimeEnv,
+    RuntimeModel,
+)
+from ._leaves import fixed_stride, leaf_count, zero_leaves
+
+__all__ = ["ConformanceError", "check_runtime_env", "check_runtime_model"]
+
+_T = TypeVar("_T")
+
+
+class ConformanceError(AssertionError):
+    """An implementation does something the driver cannot work with."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConformanceError(message)
+
+
+async def _bounded(what: str, seconds: float, call: Callable[[], Awaitable[_T]]) -> _T:
+    with trio.move_on_after(seconds):
+        return await call()
+    raise ConformanceError(f"{what} did not answer within {seconds:g}s")
+
+
+def _spaces(contract: core_v1.EnvContract) -> tuple[spaces_v1.SpaceSpec, spaces_v1.SpaceSpec]:
+    spec = contract.spec
+    _require(spec is not None, "the env contract has no spec")
+    assert spec is not None
+    _require(spec.observation_space is not None, "the env contract has no observation_space")
+    _require(spec.action_space is not None, "the env contract has no action_space")
+    assert spec.observation_space is not None
+    assert spec.action_space is not None
+    return spec.observation_space, spec.action_space
+
+
+def _check_value(
+    what: str, value: spaces_v1.SpaceValue | None, space: spaces_v1.SpaceSpec, lanes: int
+) -> None:
+    _require(value is not None, f"{what} carries no value")
+    assert value is not None
+    expected = leaf_count(space)
+    _require(
+        len(value.leaves) == expected, f"{what} has {len(value.leaves)} leaves, expected {expected}"
+    )
+    stride = fixed_stride(space)
+    if expected == 1 and stride is not None:
+        _require(
+            len(value.leaves[0]) == stride * lanes,
+            f"{what} leaf is {len(value.leaves[0])} bytes; {lanes} lane(s) of this space take "
+            f"{stride * lanes}",
+        )
+
+
+async def check_runtime_env(
+    env: RuntimeEnv,
+    contract: core_v1.EnvContract,
+    *,
+    action: Sequence[bytes] | None = None,
+    subset_step: bool = False,
+    call_timeout: float = 10.0,
+) -> None:
+    """Reset, step and close ``env`` the way the driver does; raise on the first deviation.
+
+    Args:
+        env: the implementation under test (it is closed at the end).
+        contract: the contract its handshake returned.
+        action: leaves of a valid action batch over every lane; by default an all-zero
+            batch (a Discrete leaf holds its ``start``).
+        subset_step: also step and reset the last lane on its own, as for a lane endpoint.
+        call_timeout: bound on each call, in seconds.
+
+    >>> from trio_rlmesh.testing import FakeEnv
+    >>> env = FakeEnv()
+    >>> trio.run(check_runtime_env, env, env.contract)
+    """
+    _require(isinstance(env, RuntimeEnv), "not a RuntimeEnv: reset, step and close are required")
+    observation_space, action_space = _spaces(contract)
+    lanes = max(1, contract.num_envs)
+    ids = [mint_uuid7() for _ in range(lanes)]
+    reset = await _bounded(
+        "env.reset",
+        call_timeout,
+        lambda: env.reset(
+            env_v1.ResetRequest(timeout_ms=DEFAULT_ENV_TIMEOUT_MS, episode_ids=list(ids))
+        ),
+    )
+    _require(isinstance(reset, EnvResetResult), "env.reset must return an EnvResetResult")
+    _check_value("the reset observation", reset.response.observation, observation_space, lanes)
+
+    leaves = list(action) if action is not None else zero_leaves(action_space, lanes)
+    step = await _bounded(
+        "env.step",
+        call_timeout,
+        lambda: env.step(
+            env_v1.StepRequest(
+                action=spaces_v1.SpaceValue(leaves=leaves),
+                timeout_ms=DEFAULT_ENV_TIMEOUT_MS,
+                episode_ids=list(ids),
+            )
+        ),
+    )
+    _require(isinstance(step, EnvStepResult), "env.step must return an EnvStepResult")
+    response = step.response
+    _check_value("the step observation", response.observation, observation_space, lanes)
+    _require(
+        len(response.rewards) in (0, lanes),
+        f"env.step returned {len(response.rewards)} rewards for {lanes} lane(s)",
+    )
+    for name in ("terminated_mask", "truncated_mask"):
+        mask = getattr(response, name)
+        _require(len(mask) in (0, lanes), f"{name} is {len(mask)} bytes for {lanes} lane(s)")
+    for meta in response.completed_episodes:
+        _require(meta.env_index < lanes, f"a completion names lane {meta.env_index} of {lanes}")
+        _require(
+            meta.episode_id in ("", *ids),
+            f"a completion names episode {meta.episode_id!r}, which the runtime never pushed",
+        )
+
+    if subset_step and lanes > 1:
+        last = lanes - 1
+        one = zero_leaves(action_space, 1) if action is None else None
+        if one is not None:
+            lane_reset = await _bounded(
+                "a one-lane env.reset",
+                call_timeout,
+                lambda: env.reset(
+                    env_v1.ResetRequest(env_indices=[last], episode_ids=[mint_uuid7()])
+                ),
+            )
+            _check_value(
+                "a one-lane reset observation",
+                lane_reset.response.observation,
+                observation_space,
+                1,
+            )
+            lane_step = await _bounded(
+                "a one-lane env.step",
+                call_timeout,
+                lambda: env.step(
+                    env_v1.StepRequest(action=spaces_v1.SpaceValue(leaves=one), env_indices=[last])
+                ),
+            )
+            _check_value(
+                "a one-lane step observation",
+                lane_step.response.observation,
+                observation_space,
+                1,
+            )
+            _require(
+                len(lane_step.response.rewards) <= lanes,
+                "a one-lane step returned more rewards than lanes",
+            )
+    await _bounded("env.close", call_timeout, lambda: env.close(call_timeout))
+
+
+async def check_runtime_model(
+    model: RuntimeModel,
+    contract: core_v1.EnvContract,
+    *,
+    lanes: int = 1,
+    call_timeout: float = 10.0,
+) -> None:
+    """Predict, group-predict, evict and release the way the driver does; raise on a deviation.
+
+    Args:
+        model: the implementation under test (it is released at the end).
+        contract: the env contract the model serves.
+        lanes: lanes per predict request.
+        call_timeout: bound on each call, in seconds.
+
+    >>> from trio_rlmesh.testing import FakeEnv, FakeModel
+    >>> trio.run(check_runtime_model, FakeModel(), FakeEnv().contract)
+    """
+    _require(
+        isinstance(model, RuntimeModel),
+        "not a RuntimeModel: wants_history, fuses_predicts, predict, predict_group, "
+        "reset_adapter and release_adapter are required",
+    )
+    _require(isinstance(model.wants_history, bool), "wants_history must be a bool")
+    _require(isinstance(model.fuses_predicts, bool), "fuses_predicts must be a bool")
+    observation_space, action_space = _spaces(contract)
+    seq = 0
+
+    def request(width: int) -> model_v1.PredictRequest:
+        nonlocal seq
+        seq += 1
+        return model_v1.PredictRequest(
+            context=model_v1.AdapterContext(
+                session_id="conformance",
+                env_id="conformance-env",
+                request_id=f"conformance-env:step_observation:{seq:06d}",
+            ),
+            observation=spaces_v1.SpaceValue(leaves=zero_leaves(observation_space, width)),
+            episode_info=[model_v1.EpisodeInfo(episode_id=mint_uuid7()) for _ in range(width)],
+        )
+
+    def check(sent: model_v1.PredictRequest, got: object, width: int, what: str) -> None:
+        _require(isinstance(got, ModelPrediction), f"{what} must answer a ModelPrediction")
+        assert isinstance(got, ModelPrediction)
+        _require(
+            got.response.context == sent.context,
+            f"{what} must echo the request's AdapterContext exactly",
+        )
+        _require(bool(got.response.actions), f"{what} returned no action frames")
+        for index, frame in enumerate(got.response.actions):
+            _check_value(f"{what} frame {index}", frame, action_space, width)
+
+    single = request(lanes)
+    prediction = await _bounded("model.predict", call_timeout, lambda: model.predict(single))
+    check(single, prediction, lanes, "model.predict")
+
+    group = [request(1), request(lanes)]
+    results = await _bounded(
+        "model.predict_group", call_timeout, lambda: model.predict_group(group)
+    )
+    _require(
+        isinstance(results, list) and len(results) == len(group),
+        "model.predict_group must answer a list aligned with its requests",
+    )
+    for index, (sent, got) in enumerate(zip(group, results, strict=True)):
+        if isinstance(got, Error):
+            raise ConformanceError(f"model.predict_group failed group {index}: {got}")
+        check(sent, got, len(sent.episode_info), f"model.predict_group result {index}")
+
+    context = model_v1.AdapterContext(
+        session_id="conformance", env_id="conformance-env", request_id="conformance-env:x:1"
+    )
+    evicted = [info.episode_id for info in single.episode_info]
+    await _bounded(
+        "model.reset_adapter",
+        call_timeout,
+        lambda: model.reset_adapter(
+            model_v1.ResetAdapterRequest(context=context, episode_ids=evicted)
+        ),
+    )
+    await _bounded(
+        "model.release_adapter",
+        call_timeout,
+        lambda: model.release_adapter(
+            model_v1.ReleaseAdapterRequest(context=context, reason="conformance check done"),
+            call_timeout,
+        ),
+    )

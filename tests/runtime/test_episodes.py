@@ -1,0 +1,192 @@
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from trio_rlmesh.runtime import EpisodeBook, LaneState, LaneStateError
+from trio_rlmesh.runtime._episodes import _TRANSITIONS, LaneEvent
+
+
+def book(num_envs: int = 1, **kwargs: Any) -> EpisodeBook:
+    counter = itertools.count(1)
+    kwargs.setdefault("owns_resets", True)
+    return EpisodeBook(
+        num_envs=num_envs, session_id="s", mint=lambda: f"id-{next(counter)}", **kwargs
+    )
+
+
+def test_transition_table_is_exactly_the_documented_one() -> None:
+    S, E = LaneState, LaneEvent
+    assert _TRANSITIONS == {
+        (S.IDLE, E.RESET_SENT): S.RESETTING,
+        (S.IDLE, E.RETIRE): S.RETIRED,
+        (S.RESETTING, E.RESET_DONE): S.ACTIVE,
+        (S.ACTIVE, E.STEPPED): S.ACTIVE,
+        (S.ACTIVE, E.ENDED): S.IDLE,
+        (S.ACTIVE, E.ENDED_ROLLING): S.ROLLING,
+        (S.ROLLING, E.ROLLED): S.ACTIVE,
+        (S.ROLLING, E.RETIRE): S.RETIRED,
+    }
+
+
+def test_illegal_transitions_raise_and_change_nothing() -> None:
+    b = book(2)
+    with pytest.raises(LaneStateError, match="stepped is illegal while the lane is idle"):
+        b.record_step([0, 1], [1.0, 1.0], now=0.0)
+    assert b.state(0) is b.state(1) is LaneState.IDLE
+    b.begin_reset([0])
+    # Lane 0 is RESETTING: a reset over both lanes must not touch lane 1 either.
+    before = (b.started, b.slots[1].episode_id, b.generation)
+    with pytest.raises(LaneStateError):
+        b.begin_reset([1, 0])
+    assert (b.started, b.slots[1].episode_id, b.generation) == before
+    assert b.state(1) is LaneState.IDLE
+    with pytest.raises(LaneStateError, match="does not exist"):
+        b.retire(5)
+
+
+def test_episode_lifecycle_under_driver_owned_resets() -> None:
+    b = book(max_episodes=2)
+    (planned,) = b.begin_reset([0])
+    assert (planned.episode_id, planned.index, planned.seed, planned.trial) == ("id-1", 0, None, 0)
+    assert b.state(0) is LaneState.RESETTING
+    b.reset_done([0], now=10.0)
+    assert b.record_step([0], [1.5], now=11.0) == []
+    b.record_step([0], [], now=12.0)  # a missing reward counts as 0
+    ended, completion = b.end_episode(
+        0, terminated=True, truncated=False, final_info=None, now=13.0
+    )
+    assert ended == "id-1"
+    assert completion is not None
+    record = completion.record
+    assert (record.steps, record.reward, record.duration_s, record.terminated) == (
+        2,
+        1.5,
+        3.0,
+        True,
+    )
+    assert b.state(0) is LaneState.IDLE
+    assert not b.quota_reached
+    assert b.can_start()
+
+
+def test_success_is_read_from_final_info() -> None:
+    b = book()
+    for info, expected in [
+        ({"is_success": False, "success": True}, False),
+        ({"success": 1}, True),
+        ({"success": 0.0}, False),
+        ({"is_success": "yes"}, None),
+        (None, None),
+    ]:
+        b.begin_reset([0])
+        b.reset_done([0], 0.0)
+        _, completion = b.end_episode(0, terminated=True, truncated=False, final_info=info, now=1)
+        assert completion is not None
+        assert completion.record.success is expected
+
+
+def test_explicit_seeds_in_start_order_and_tail_discard() -> None:
+    b = book(2, owns_resets=False, episode_seeds=[7, 8, 9])
+    assert [p.seed for p in b.begin_reset([0, 1])] == [7, 8]
+    b.reset_done([0, 1], 0.0)
+    for lane in (0, 1):
+        b.end_episode(lane, terminated=True, truncated=False, final_info=None, now=1)
+    # Rolled episodes (env-owned resets) are never seeded by the runtime.
+    rolled = b.record_step([0, 1], [0.0, 0.0], now=2.0)
+    assert [new.seed for new, _ in rolled] == [None, None]
+    assert [old for _, old in rolled] == ["id-1", "id-2"]
+    b2 = book(2, lockstep=False, episode_seeds=[7, 8, 9])
+    assert [p.seed for p in b2.begin_reset([0, 1])] == [7, 8]
+    b2.reset_done([0, 1], 0.0)
+    b2.end_episode(0, terminated=True, truncated=False, final_info=None, now=1)
+    b2.end_episode(1, terminated=True, truncated=False, final_info=None, now=1)
+    # One seed left cannot cover a two-lane batch: it is dropped.
+    assert [p.seed for p in b2.begin_reset([0, 1])] == [None, None]
+    assert b2.discarded_seeds == 1
+
+
+def test_base_seed_generations_lockstep_vs_per_lane() -> None:
+    from trio_rlmesh.runtime import deterministic_reset_seed as law
+
+    lockstep = book(base_seed=1234)
+    assert lockstep.begin_reset([0])[0].seed == law(1234, "s", 0, 0)
+    lockstep.reset_done([0], 0)
+    lockstep.end_episode(0, terminated=True, truncated=False, final_info=None, now=1)
+    assert lockstep.begin_reset([0])[0].seed == law(1234, "s", 1, 0)
+
+    lanes = book(2, lockstep=False, base_seed=5)
+    assert lanes.begin_reset([1])[0].seed == law(5, "s", 0, 1)
+    assert lanes.begin_reset([0])[0].seed == law(5, "s", 0, 0)
+
+
+def test_next_step_roll_keeps_old_id_until_the_roll() -> None:
+    b = book(2, owns_resets=False)
+    b.begin_reset([0, 1])
+    b.reset_done([0, 1], 0.0)
+    b.record_step([0, 1], [1.0, 1.0], 1.0)
+    _, completion = b.end_episode(0, terminated=True, truncated=False, final_info=None, now=1)
+    assert completion is not None
+    assert b.state(0) is LaneState.ROLLING
+    next_id = b.slots[0].next_id
+    assert b.episode_info([0, 1]) == [("id-1", None), ("id-2", None)]
+    assert b.step_ids([0, 1]) == [next_id, "id-2"]
+    rolled = b.record_step([0, 1], [0.0, 2.0], 2.0)
+    assert [(new.episode_id, new.index, old) for new, old in rolled] == [(next_id, 2, "id-1")]
+    assert b.slots[0].reward == 0.0
+    assert b.slots[1].reward == 3.0
+    assert b.state(0) is LaneState.ACTIVE
+
+
+def test_stale_completions_are_detected() -> None:
+    b = book(2, owns_resets=False)
+    b.begin_reset([0, 1])
+    b.reset_done([0, 1], 0.0)
+    assert b.is_current(0, "id-1", [0, 1])
+    assert b.is_current(1, "", [0, 1])
+    assert not b.is_current(0, "id-2", [0, 1])
+    assert not b.is_current(7, "id-1", [0, 1])
+    assert not b.is_current(1, "id-2", [0])
+    assert b.stale_completions == 3
+
+
+def test_quota_is_exact() -> None:
+    b = book(3, owns_resets=False, max_episodes=2)
+    b.begin_reset([0, 1, 2])
+    b.reset_done([0, 1, 2], 0.0)
+    results = [
+        b.end_episode(lane, terminated=True, truncated=False, final_info=None, now=1)[1]
+        for lane in (0, 1, 2)
+    ]
+    assert [r is not None for r in results] == [True, True, False]
+    assert len(b.completed) == 2
+    assert b.over_quota == 1
+    assert b.quota_reached
+
+
+def test_caps_by_steps_and_time() -> None:
+    b = book(2, owns_resets=True, step_cap=2, seconds_cap=5.0, lockstep=False)
+    b.begin_reset([0])
+    b.begin_reset([1])
+    b.reset_done([0], 0.0)
+    b.reset_done([1], 0.0)
+    b.record_step([0], [1.0], 1.0)
+    assert b.capped_lanes([0, 1], 1.0, set()) == []
+    b.record_step([0], [1.0], 2.0)
+    assert b.capped_lanes([0, 1], 2.0, set()) == [0]
+    assert b.capped_lanes([0, 1], 2.0, {0}) == []
+    assert b.capped_lanes([0, 1], 5.0, {0}) == [1]
+
+
+def test_retire_only_from_idle_or_rolling() -> None:
+    b = book(1, max_episodes=1)
+    b.begin_reset([0])
+    assert not b.can_start()
+    with pytest.raises(LaneStateError):
+        b.retire(0)
+    b.reset_done([0], 0)
+    b.end_episode(0, terminated=True, truncated=False, final_info=None, now=1)
+    b.retire(0)
+    assert b.state(0) is LaneState.RETIRED

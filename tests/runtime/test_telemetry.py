@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from trio_rlmesh.runtime import TelemetryRecorder, TelemetryRow, format_telemetry
+from trio_rlmesh.runtime._telemetry import Reservoir, XorShift64Star, summarize
+
+
+def test_xorshift64star_sequence_is_pinned() -> None:
+    # Computed by hand from the spec's definition (seed 0x9E3779B97F4A7C15).
+    rng = XorShift64Star()
+    x = 0x9E3779B97F4A7C15
+    mask = (1 << 64) - 1
+    for _ in range(5):
+        x ^= x >> 12
+        x ^= (x << 25) & mask
+        x ^= x >> 27
+        assert rng.next() == (x * 0x2545F4914F6CDD1D) & mask
+    assert rng.state == x
+
+
+def test_summary_example_from_the_spec() -> None:
+    assert summarize([10.0, 20.0, 30.0, 40.0]) == (25.0, 30.0, 40.0, 40.0)
+    assert summarize([]) is None
+    assert summarize([7.0]) == (7.0, 7.0, 7.0, 7.0)
+
+
+def test_percentiles_use_nearest_rank_at_ceil_index() -> None:
+    samples = [float(v) for v in range(1, 102)]  # 101 values: index = ceil(100 * p)
+    avg, p50, p95, p99 = summarize(samples) or (0, 0, 0, 0)
+    assert avg == 51.0
+    assert (p50, p95, p99) == (51.0, samples[math.ceil(100 * 0.95)], samples[99])
+
+
+def test_reservoir_keeps_everything_below_capacity() -> None:
+    reservoir = Reservoir(capacity=4)
+    reservoir.push(1.0)
+    reservoir.push(2.0)
+    assert reservoir.samples == [1.0, 2.0]
+    assert reservoir.seen == 2
+
+
+def test_reservoir_is_bounded_above_capacity() -> None:
+    reservoir = Reservoir(capacity=4)
+    for value in range(10_000):
+        reservoir.push(float(value))
+    assert len(reservoir.samples) == 4
+    assert reservoir.seen == 10_000
+    # Algorithm R keeps a uniform sample: the retained values are not just the first four.
+    assert max(reservoir.samples) > 4
+
+
+def test_default_capacity_is_8192() -> None:
+    reservoir = Reservoir()
+    for value in range(9000):
+        reservoir.push(float(value))
+    assert len(reservoir.samples) == 8192
+    assert reservoir.seen == 9000
+
+
+def test_recorder_aggregates_and_flushes_window() -> None:
+    recorder = TelemetryRecorder()
+    for ms in (10.0, 20.0, 30.0, 40.0):
+        recorder.record("model.predict", "rpc.total", ms)
+    recorder.record("env.step", "request.bytes", 12)
+    (window_step, window_predict) = recorder.snapshot("window")
+    assert (window_predict.op, window_predict.count, window_predict.avg) == (
+        "model.predict",
+        4,
+        25.0,
+    )
+    assert window_predict.p50 <= window_predict.p95 <= window_predict.p99 == 40.0
+    assert window_step.unit == "bytes"
+    recorder.flush_window()
+    assert recorder.snapshot("window") == []
+    assert [r.count for r in recorder.snapshot("session")] == [1, 4]
+
+
+def test_recorder_rejects_unknown_metrics_and_converts_ns() -> None:
+    recorder = TelemetryRecorder()
+    with pytest.raises(ValueError, match="bogus"):
+        recorder.record("env.step", "bogus", 1.0)
+    recorder.record_ns("env.step", "endpoint.total", 2_500_000)
+    recorder.record_ns("env.step", "endpoint.user", None)
+    (row,) = recorder.snapshot("session")
+    assert (row.metric, row.unit, row.avg) == ("endpoint.total", "ms", 2.5)
+
+
+def test_format_telemetry_table() -> None:
+    rows = [
+        TelemetryRow("env.step", "rpc.total", "ms", 3, 1.5, 1.0, 2.0, 2.0),
+        TelemetryRow("model.predict", "group.size", "count", 10, 2.0, 2.0, 3.0, 3.0),
+    ]
+    text = format_telemetry(rows)
+    lines = text.splitlines()
+    assert lines[0].split() == ["op", "metric", "unit", "count", "avg", "p50", "p95", "p99"]
+    assert lines[1].split() == [
+        "env.step",
+        "rpc.total",
+        "ms",
+        "3",
+        "1.500",
+        "1.000",
+        "2.000",
+        "2.000",
+    ]
+    assert lines[2].startswith("model.predict  group.size")
+    assert len({len(line) for line in lines}) == 1
+    assert format_telemetry([]).split() == lines[0].split()

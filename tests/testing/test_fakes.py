@@ -1,0 +1,158 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+import trio
+from trio.testing import MockClock
+
+from trio_rlmesh import EnvError, ModelError
+from trio_rlmesh.protocol import env_v1, model_v1, spaces_v1
+from trio_rlmesh.runtime import EnvStepResult, ModelPrediction, RuntimeEnv, RuntimeModel
+from trio_rlmesh.testing import (
+    ConformanceError,
+    FakeEnv,
+    FakeModel,
+    Fault,
+    check_runtime_env,
+    check_runtime_model,
+    decode_observation,
+    leaf_count,
+    zero_leaves,
+)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        FakeEnv(),
+        FakeEnv(num_envs=3, autoreset="next_step", episode_length=1),
+        FakeEnv(num_envs=4, subset_step=True),
+        FakeEnv(obs_dim=1, n_actions=5, episode_length=None),
+    ],
+)
+async def test_fake_env_passes_its_conformance_check(env: FakeEnv) -> None:
+    assert isinstance(env, RuntimeEnv)
+    await check_runtime_env(env, env.contract, subset_step=env.subset_step)
+    assert env.closed
+
+
+@pytest.mark.parametrize(
+    "model", [FakeModel(), FakeModel(chunk=4, fuses_predicts=True, wants_history=True)]
+)
+@pytest.mark.parametrize("lanes", [1, 3])
+async def test_fake_model_passes_its_conformance_check(model: FakeModel, lanes: int) -> None:
+    assert isinstance(model, RuntimeModel)
+    await check_runtime_model(model, FakeEnv().contract, lanes=lanes)
+    assert model.released
+    assert model.evicted
+
+
+async def test_env_check_catches_a_wrong_reward_width() -> None:
+    class Wide(FakeEnv):
+        async def step(self, request: env_v1.StepRequest) -> EnvStepResult:
+            result = await super().step(request)
+            result.response.rewards = [0.0] * 5
+            return result
+
+    env = Wide()
+    with pytest.raises(ConformanceError, match="5 rewards for 1 lane"):
+        await check_runtime_env(env, env.contract)
+
+
+async def test_env_check_catches_a_hang(autojump_clock: MockClock) -> None:
+    env = FakeEnv(faults=[Fault("env.step", kind="hang")])
+    with pytest.raises(ConformanceError, match=r"env.step did not answer within 2s"):
+        await check_runtime_env(env, env.contract, call_timeout=2)
+    assert trio.current_time() == 2
+
+
+async def test_model_check_catches_a_context_that_is_not_echoed() -> None:
+    with pytest.raises(ConformanceError, match="echo the request's AdapterContext"):
+        await check_runtime_model(FakeModel(mismatch_context=True), FakeEnv().contract)
+
+
+async def test_model_check_catches_wrong_frame_width() -> None:
+    class Narrow(FakeModel):
+        async def predict(self, request: model_v1.PredictRequest) -> ModelPrediction:
+            prediction = await super().predict(request)
+            prediction.response.actions[0].leaves = [b"\x00"]
+            return prediction
+
+    with pytest.raises(ConformanceError, match="frame 0 leaf is 1 bytes"):
+        await check_runtime_model(Narrow(), FakeEnv().contract)
+
+
+async def test_fake_env_next_step_rolls_and_adopts_pushed_ids() -> None:
+    env = FakeEnv(num_envs=2, autoreset="next_step", episode_length=[1, 2])
+    await env.reset(env_v1.ResetRequest(episode_ids=["a", "b"]))
+    action = spaces_v1.SpaceValue(leaves=zero_leaves(env.action_space, 2))
+    first = (await env.step(env_v1.StepRequest(action=action, episode_ids=["a", "b"]))).response
+    assert [(m.episode_id, m.env_index) for m in first.completed_episodes] == [("a", 0)]
+    assert first.terminated_mask == b"\x01\x00"
+    second = (await env.step(env_v1.StepRequest(action=action, episode_ids=["c", "b"]))).response
+    assert list(second.rewards) == [0.0, 1.0]
+    assert [m.episode_id for m in second.completed_episodes] == ["b"]
+    assert decode_observation(second.observation.leaves)[0].tolist() == [0.0, 0.0, 2.0, 0.0]
+
+
+async def test_fake_env_echoes_interrupted_episodes() -> None:
+    env = FakeEnv(episode_length=None)
+    await env.reset(env_v1.ResetRequest(episode_ids=["a"], seeds=[3]))
+    await env.reset(env_v1.ResetRequest(episode_ids=["b"]))
+    action = spaces_v1.SpaceValue(leaves=zero_leaves(env.action_space, 1))
+    response = (await env.step(env_v1.StepRequest(action=action))).response
+    (echo,) = response.completed_episodes
+    assert (echo.episode_id, echo.seed, echo.truncated, echo.terminated) == ("a", 3, True, False)
+
+
+async def test_fake_faults_and_bad_actions() -> None:
+    env = FakeEnv(faults=[Fault("env.reset", recoverable=True, message="flaky")])
+    with pytest.raises(EnvError, match=r"flaky \(env.reset call 1\)") as info:
+        await env.reset(env_v1.ResetRequest())
+    assert info.value.recoverable
+    await env.reset(env_v1.ResetRequest())
+    with pytest.raises(EnvError, match="expected one int64 action leaf") as bad:
+        await env.step(env_v1.StepRequest(action=spaces_v1.SpaceValue(leaves=[b"\x00"])))
+    assert bad.value.code == "INVALID_ACTION"
+    model = FakeModel(faults=[Fault("model.predict", at=2)])
+    request = model_v1.PredictRequest(episode_info=[model_v1.EpisodeInfo(episode_id="x")])
+    await model.predict(request)
+    with pytest.raises(ModelError):
+        await model.predict(request)
+
+
+async def test_fake_model_policy_and_chunks() -> None:
+    model = FakeModel(chunk=2, policy=lambda frame, lane: 10 * frame + lane)
+    request = model_v1.PredictRequest(
+        episode_info=[model_v1.EpisodeInfo(episode_id=i) for i in "ab"]
+    )
+    prediction = await model.predict(request)
+    frames = [frame.leaves[0] for frame in prediction.response.actions]
+    assert [int.from_bytes(f[i : i + 8], "little") for f in frames for i in (0, 8)] == [
+        0,
+        1,
+        10,
+        11,
+    ]
+
+
+def test_leaf_helpers_cover_containers_and_text() -> None:
+    box = spaces_v1.SpaceSpec(
+        shape=[2, 3], dtype=spaces_v1.DataType.UINT8, box=spaces_v1.BoxSpec(unbounded=True)
+    )
+    disc = spaces_v1.SpaceSpec(
+        dtype=spaces_v1.DataType.INT64, discrete=spaces_v1.DiscreteSpec(n=3, start=-1)
+    )
+    text = spaces_v1.SpaceSpec(text=spaces_v1.TextSpec(min_length=1, max_length=4))
+    tree = spaces_v1.SpaceSpec(
+        dict=spaces_v1.DictSpec(
+            keys=["a", "b"],
+            spaces=[box, spaces_v1.SpaceSpec(tuple=spaces_v1.TupleSpec(spaces=[disc, text]))],
+        )
+    )
+    assert leaf_count(tree) == 3
+    leaves: Sequence[bytes] = zero_leaves(tree, 2)
+    assert leaves[0] == bytes(12)
+    assert leaves[1] == b"\xff" * 16
+    assert leaves[2] == (2).to_bytes(8, "little") + (1).to_bytes(8, "little") * 2 + b"aa"
