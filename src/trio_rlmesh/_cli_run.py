@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
 import trio
 
 from ._errors import Error, SpecError
@@ -29,7 +28,7 @@ EXIT_CANCELLED = 130
 class HeuristicCartPole:
     """The built-in CartPole policy: push the cart toward the side the pole is falling to.
 
-    >>> int(HeuristicCartPole().predict(np.array([0.0, 0.0, 0.05, 0.1], dtype=np.float32)))
+    >>> HeuristicCartPole().predict([0.0, 0.0, 0.05, 0.1])
     1
     """
 

@@ -101,6 +101,11 @@ from ._meta import MetaConversionError as MetaConversionError
 from ._meta import meta_to_python as meta_to_python
 from ._meta import python_to_meta as python_to_meta
 from ._meta import value_to_python as value_to_python
+from ._spacespec import EnvContractInfo as EnvContractInfo
+from ._spacespec import make_env_contract as make_env_contract
+from ._spacespec import read_env_contract as read_env_contract
+from ._spacespec import space_to_spec as space_to_spec
+from ._spacespec import spec_to_space as spec_to_space
 
 __all__ = [
     "CAPABILITY_TRUE",
@@ -127,15 +132,20 @@ __all__ = [
     "RESET_OPTION_TRIAL_INDEX",
     "SUPPORTED_WORKFLOW_EDITIONS",
     "WORKFLOW_EDITION",
+    "EnvContractInfo",
     "MetaConversionError",
     "core_v1",
     "edition_sort_key",
     "env_v1",
     "has_capability",
     "highest_shared_edition",
+    "make_env_contract",
     "meta_to_python",
     "model_v1",
     "python_to_meta",
+    "read_env_contract",
+    "space_to_spec",
     "spaces_v1",
+    "spec_to_space",
     "value_to_python",
 ]

@@ -1,0 +1,40 @@
+"""Serve one env with trio-rlmesh's ``serve_env`` on 127.0.0.1:0 (interop tests' helper).
+
+Usage: ``python serve_ours.py KIND READY_FILE``. ``KIND`` names an env built by the sibling
+``envs.py`` (``build(kind)``). The bound address is written to ``READY_FILE`` (atomically)
+and printed; the server runs until the process gets SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def main() -> None:
+    kind, ready_file = sys.argv[1], sys.argv[2]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+    import envs  # type: ignore[import-not-found]  # the sibling file, put on sys.path above
+    import trio
+
+    from trio_rlmesh.transports.grpc._env_server import serve_env
+
+    async def run() -> None:
+        async with trio.open_nursery() as nursery:
+            address = await nursery.start(serve_env, envs.build(kind))
+            tmp = trio.Path(ready_file + ".tmp")
+            await tmp.write_text(address)
+            await tmp.replace(ready_file)
+            print(address, flush=True)
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    return
+
+    trio.run(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,14 @@
+"""Envs the CLI tests serve by ``module:attr``."""
+
+from __future__ import annotations
+
+from .env_server_support import SlowEnv
+
+ENV = SlowEnv()
+
+
+def make() -> SlowEnv:
+    return SlowEnv()
+
+
+NOT_AN_ENV = 42
