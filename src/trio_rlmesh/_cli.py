@@ -1,8 +1,9 @@
-"""The ``trio-rlmesh`` console script.
+"""The ``trio-rlmesh`` console script: ``serve-env``, ``serve-model`` and ``run``.
 
-``serve-env`` serves a Gymnasium env over rlmesh-wire-v1 until SIGINT/SIGTERM (exit 130 and 0)
-or a remote shutdown / idle stop (exit 0). ``run`` is defined in ``_cli_run``; ``serve-model``
-is not implemented yet.
+The serving commands run until SIGINT (exit 130) or SIGTERM (exit 0), or until the
+server stops by itself (remote shutdown, idle timeout; exit 0). They print the bound
+address on one line and write it to ``--ready-file`` once serving. ``run`` lives in
+``_cli_run``.
 """
 
 from __future__ import annotations
@@ -10,52 +11,78 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import trio
 
-__all__ = ["load_env_target", "main"]
+from ._errors import SpecError
+
+__all__ = ["load_env_target", "load_model_target", "main"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_SIGINT = 130
 
+_CORNERS = ("predict", "predict_batch", "predict_chunk", "predict_chunk_batch")
 
-def load_env_target(target: str) -> Any:
-    """Resolve ``gymnasium:<id>`` (a factory calling ``gymnasium.make``) or ``module:attr``.
 
-    ``module:attr`` may name an env, a vector env, a list of envs, or a callable returning
-    one; it is returned as is (``serve_env`` calls factories itself).
+def load_object(target: str, what: str, form: str = "module:attr") -> Any:
+    """Import ``module:attr`` (dotted attributes allowed) from the installed packages or cwd.
 
     Raises:
-        ValueError: the target is not of either form or cannot be imported.
+        SpecError: ``target`` is not ``module:attr``, or the import or lookup failed.
     """
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"ENV must be gymnasium:<id> or module:attr, got {target!r}")
-    if module_name == "gymnasium":
-        import gymnasium
-
-        def make() -> Any:
-            return gymnasium.make(attr)
-
-        return make
+        raise SpecError(f"{what} must be {form}, got {target!r}")
+    # A console script does not put the working directory on sys.path; users expect
+    # `trio-rlmesh run --model my_policy:Policy` to find ./my_policy.py.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        value: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"cannot import module {module_name!r}: {exc}") from exc
-    value: Any = module
+        raise SpecError(f"cannot import module {module_name!r} for {what}: {exc}") from exc
     for part in attr.split("."):
         try:
             value = getattr(value, part)
         except AttributeError:
-            raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
+            raise SpecError(f"module {module_name!r} has no attribute {attr!r}") from None
     return value
+
+
+def load_env_target(target: str) -> Any:
+    """Resolve ENV: ``gymnasium:<id>`` (a factory calling ``gymnasium.make``) or ``module:attr``.
+
+    ``module:attr`` may name an env, a vector env, a list of envs, or a callable returning
+    one; it is returned as is (``serve_env`` calls factories itself).
+    """
+    module_name, _, env_id = target.partition(":")
+    if module_name == "gymnasium" and env_id:
+
+        def make() -> Any:
+            import gymnasium
+
+            return gymnasium.make(env_id)
+
+        return make
+    return load_object(target, "ENV", "gymnasium:<id> or module:attr")
+
+
+def load_model_target(target: str) -> Any:
+    """Resolve MODEL ``module:attr``: a class is instantiated without arguments."""
+    model = load_object(target, "MODEL")
+    if isinstance(model, type):
+        model = model()
+    if not any(hasattr(model, corner) for corner in _CORNERS):
+        raise SpecError(f"{target!r} has no predict method (nor another predict corner)")
+    return model
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,26 +93,27 @@ def _parser() -> argparse.ArgumentParser:
 
     serve_env = commands.add_parser("serve-env", help="serve a Gymnasium env")
     serve_env.add_argument("env", metavar="ENV", help="gymnasium:<id> or module:attr")
-    serve_env.add_argument("--bind", default="127.0.0.1:0", help="bind address")
     serve_env.add_argument("--num-envs", type=int, default=None, help="lanes (factories only)")
     serve_env.add_argument(
         "--autoreset", choices=("next-step", "disabled"), default=None, help="vector envs"
     )
-    serve_env.add_argument("--token", default=None, help="require this authorization token")
-    serve_env.add_argument("--ready-file", type=Path, default=None, help="write the address here")
+    serve_model = commands.add_parser("serve-model", help="serve a model")
+    serve_model.add_argument("model", metavar="MODEL", help="module:attr (class or instance)")
+    for sub in (serve_env, serve_model):
+        sub.add_argument("--bind", default="127.0.0.1:0", help="bind address")
+        sub.add_argument("--token", default=None, help="require this authorization token")
+        sub.add_argument("--ready-file", type=Path, default=None, help="write the address here")
 
     from ._cli_run import add_run_parser
 
     add_run_parser(commands)
-
-    stub = commands.add_parser("serve-model", help="not implemented yet")
-    stub.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
 
 
-async def _serve_env(args: argparse.Namespace, env: Any) -> int:
-    from .transports.grpc._env_server import serve_env
+ServeFn = Callable[[trio.TaskStatus[str]], Awaitable[None]]
 
+
+async def _serve(args: argparse.Namespace, serve: ServeFn) -> int:
     exit_code = EXIT_OK
     async with trio.open_nursery() as nursery:
 
@@ -100,19 +128,12 @@ async def _serve_env(args: argparse.Namespace, env: Any) -> int:
 
         await nursery.start(watch_signals)
 
-        async def serve(task_status: trio.TaskStatus[str]) -> None:
-            await serve_env(
-                env,
-                args.bind,
-                num_envs=args.num_envs,
-                autoreset=args.autoreset,
-                token=args.token,
-                task_status=task_status,
-            )
+        async def run_server(task_status: trio.TaskStatus[str]) -> None:
+            await serve(task_status)
             # Stopped by itself (remote shutdown, idle): end the signal watcher too.
             nursery.cancel_scope.cancel()
 
-        address = await nursery.start(serve)
+        address = await nursery.start(run_server)
         if args.ready_file is not None:
             # Written (atomically) before the stdout line, so either signal means ready.
             partial = args.ready_file.with_name(args.ready_file.name + ".partial")
@@ -122,26 +143,48 @@ async def _serve_env(args: argparse.Namespace, env: Any) -> int:
     return exit_code
 
 
+def _serve_fn(args: argparse.Namespace) -> ServeFn:
+    from .transports.grpc import serve_env, serve_model
+
+    if args.command == "serve-env":
+        env = load_env_target(args.env)
+
+        async def serve(task_status: trio.TaskStatus[str]) -> None:
+            await serve_env(
+                env,
+                args.bind,
+                num_envs=args.num_envs,
+                autoreset=args.autoreset,
+                token=args.token,
+                task_status=task_status,
+            )
+
+        return serve
+    model = load_model_target(args.model)
+
+    async def serve_the_model(task_status: trio.TaskStatus[str]) -> None:
+        await serve_model(model, args.bind, token=args.token, task_status=task_status)
+
+    return serve_the_model
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trio-rlmesh`` script; returns the exit code."""
     args = _parser().parse_args(argv)
     if args.command == "run":
         return int(args.handler(args))
-    if args.command != "serve-env":
-        print(f"trio-rlmesh {args.command}: not implemented yet", file=sys.stderr)
+    try:
+        serve = _serve_fn(args)
+    except SpecError as exc:
+        print(f"trio-rlmesh {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        env = load_env_target(args.env)
-    except ValueError as exc:
-        print(f"trio-rlmesh serve-env: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        return trio.run(_serve_env, args, env)
+        return trio.run(_serve, args, serve)
     except KeyboardInterrupt:
         return EXIT_SIGINT
     except Exception as exc:  # the one place a failure becomes an exit status
         cause = _sole_cause(exc)
-        print(f"trio-rlmesh serve-env: {type(cause).__name__}: {cause}", file=sys.stderr)
+        print(f"trio-rlmesh {args.command}: {type(cause).__name__}: {cause}", file=sys.stderr)
         return EXIT_FAILED
 
 

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import math
 import signal
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import trio
 
+from ._cli import load_env_target, load_model_target
 from ._errors import Error, SpecError
 from .runtime import EpisodeCompleted, RuntimeHooks, RuntimeReport, StepCompleted
 
@@ -64,46 +63,6 @@ def _is_address(target: str) -> bool:
         return True
     host, sep, port = target.rpartition(":")
     return bool(sep and host and port.isdigit())
-
-
-def _load_object(target: str) -> Any:
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise SpecError(f"{target!r} is not module:attr, gymnasium:<id> or an address host:port")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SpecError(f"cannot import {module_name!r} for {target!r}: {exc}") from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise SpecError(f"{module_name!r} has no attribute {attr!r} ({target!r})") from None
-    return obj
-
-
-def load_env(target: str) -> Any:
-    """An env from ``gymnasium:<id>`` or ``module:attr`` (an env, or a callable making one)."""
-    if target.startswith("gymnasium:"):
-        import gymnasium
-
-        return gymnasium.make(target.partition(":")[2])
-    obj = _load_object(target)
-    if callable(obj) and not hasattr(obj, "step"):
-        obj = obj()
-    return obj
-
-
-def load_model(target: str) -> Any:
-    """A model from ``module:attr``: a class (instantiated without arguments) or an instance."""
-    obj = _load_object(target)
-    if isinstance(obj, type):
-        obj = obj()
-    if not hasattr(obj, "predict") and not any(
-        hasattr(obj, corner) for corner in ("predict_batch", "predict_chunk", "predict_chunk_batch")
-    ):
-        raise SpecError(f"{target!r} has no predict method (nor another predict corner)")
-    return obj
 
 
 def add_run_parser(subparsers: Any) -> None:
@@ -247,7 +206,7 @@ async def _evaluate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if _is_address(env_target):
             address = env_target
         else:
-            env = load_env(env_target)
+            env = load_env_target(env_target)
             address = await nursery.start(serve_env, env, "127.0.0.1:0")
         model_name = args.model or "built-in heuristic CartPole policy"
         err.write(
@@ -287,7 +246,7 @@ async def _evaluate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         task_status=task_status,
                     )
                 else:
-                    model = load_model(args.model) if args.model else HeuristicCartPole()
+                    model = load_model_target(args.model) if args.model else HeuristicCartPole()
                     result = await run_local(
                         model, options, hooks=progress, task_status=task_status
                     )
@@ -336,11 +295,3 @@ def run_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
         err.write(f"trio-rlmesh run failed: {type(exc).__name__}: {exc}\n")
         _write_json(args.json, _failed_report_dict(exc))
         return 1
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trio-rlmesh")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_run_parser(sub)
-    args = parser.parse_args(argv)
-    return int(args.handler(args))

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from trio_rlmesh._cli_run import HeuristicCartPole, main, parse_seeds
+from trio_rlmesh._cli import main
+from trio_rlmesh._cli_run import HeuristicCartPole, parse_seeds
 
 ROOT = Path(__file__).resolve().parents[2]
 EPISODE_KEYS = {
@@ -164,3 +165,48 @@ def test_a_signal_cancels_cleanly_with_exit_130(tmp_path: Path, signum: signal.S
     assert signal.Signals(signum).name in report["reason"]
     assert report["total_steps"] >= sum(e["steps"] for e in report["episodes"])
     assert "cancelled" in stdout
+
+
+def test_run_against_a_served_model_and_env(tmp_path: Path) -> None:
+    """serve-env and serve-model as processes, then `run --env ADDR --model ADDR`."""
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    servers = []
+    addresses = []
+    try:
+        for argv in (
+            ["serve-env", "gymnasium:CartPole-v1"],
+            ["serve-model", "tests.cli.models:AlwaysLeft"],
+        ):
+            ready = tmp_path / f"{argv[0]}.addr"
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "trio_rlmesh", *argv, "--ready-file", str(ready)],
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=ROOT,
+            )
+            servers.append(proc)
+            assert proc.stdout is not None
+            printed = proc.stdout.readline().strip()
+            assert printed == ready.read_text().strip()
+            addresses.append(printed)
+        out = tmp_path / "remote.json"
+        code = main(
+            [
+                *("run", "--env", addresses[0], "--model", addresses[1], "--seeds", "1,2"),
+                *("--no-progress", "--json", str(out)),
+            ]
+        )
+        assert code == 0
+        report = json.loads(out.read_text())
+        assert report["status"] == "completed"
+        # Always pushing left topples CartPole within a handful of steps.
+        assert all(e["terminated"] and e["steps"] < 30 for e in report["episodes"])
+    finally:
+        for proc in servers:
+            proc.send_signal(signal.SIGTERM)
+        for proc in servers:
+            assert proc.wait(timeout=30) == 0
+            if proc.stdout is not None:
+                proc.stdout.close()

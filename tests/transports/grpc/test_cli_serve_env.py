@@ -100,7 +100,7 @@ def test_load_env_target() -> None:
 
 def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve-model", "x:y"]) == 2
-    assert "not implemented yet" in capsys.readouterr().err
+    assert "cannot import module 'x' for MODEL" in capsys.readouterr().err
     assert main(["serve-env", "not-a-target"]) == 2
     assert "ENV must be" in capsys.readouterr().err
     assert main(["serve-env", "tests.transports.grpc.cli_envs:NOT_AN_ENV"]) == 1

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import os
-import sys
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
 import attrs
@@ -69,7 +67,7 @@ from ._common import (
 from ._health import HealthService
 from ._portal import open_portal
 
-__all__ = ["serve_model", "serve_model_main"]
+__all__ = ["serve_model"]
 
 CAPABILITIES: Final = {
     CAP_CONCURRENT_PREDICT: CAPABILITY_TRUE,
@@ -671,54 +669,3 @@ async def serve_model(
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
             await handler.close()
-
-
-def load_model(spec: str) -> object:
-    """Import ``module:attr``; a class is instantiated without arguments."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"MODEL must be 'module:attr', got {spec!r}")
-    if "" not in sys.path and "." not in sys.path:
-        sys.path.insert(0, "")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj() if isinstance(obj, type) else obj
-
-
-def serve_model_main(args: Sequence[str] | Any) -> int:
-    """``trio-rlmesh serve-model MODEL [--bind ADDR] [--token T] [--ready-file PATH]``.
-
-    ``args`` is the argument list (or an ``argparse.Namespace`` with ``model``, ``bind``,
-    ``token`` and ``ready_file``). Prints the bound address on one line, writes it to the
-    ready file, and serves until interrupted. Returns the exit code.
-    """
-    import argparse
-
-    if isinstance(args, argparse.Namespace):
-        options = args
-    else:
-        parser = argparse.ArgumentParser(prog="trio-rlmesh serve-model")
-        parser.add_argument("model")
-        parser.add_argument("--bind", default="127.0.0.1:0")
-        parser.add_argument("--token", default=None)
-        parser.add_argument("--ready-file", dest="ready_file", default=None)
-        options = parser.parse_args(list(args))
-    model = load_model(options.model)
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            bound = await nursery.start(
-                lambda task_status: serve_model(
-                    model, options.bind, token=options.token, task_status=task_status
-                )
-            )
-            print(bound, flush=True)
-            if options.ready_file:
-                await trio.Path(options.ready_file).write_text(f"{bound}\n", encoding="utf-8")
-
-    try:
-        trio.run(main)
-    except KeyboardInterrupt:
-        return 130
-    return 0
