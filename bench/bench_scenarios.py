@@ -1,0 +1,304 @@
+"""The runs each scenario times, one function per side, plus the scenarios themselves.
+
+Every ``run_*`` function performs one complete run and returns a :class:`Sample`.
+rlmesh is imported only inside the functions that drive it, so the in-process
+scenario (and the smoke test) work without it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import bench_envs
+import bench_policies
+import trio
+from bench_measure import Comparison, Sample, interleave, nearest_rank, round_latency
+
+from trio_rlmesh import RunLocalOptions, run_local, run_session
+from trio_rlmesh.transports.inprocess import GymEnvRuntimeEnv, ModelHandlerRuntimeModel
+
+TELEMETRY = "telemetry runner.round"
+WALL_OVER_STEPS = "wall/steps (no telemetry)"
+STEP_TIMER = "per-step timer"
+
+
+def tcp(address: str) -> str:
+    """rlmesh wants a scheme; our server prints a bare ``host:port``."""
+    return address if "://" in address else f"tcp://{address}"
+
+
+def _lane_steps(report: Any) -> int:
+    return sum(int(e.steps) for e in report.episodes)
+
+
+def _env_step_split(rows: Any) -> dict[str, float]:
+    """env.step p50: the round trip seen by the runtime and the server's own handling time."""
+    found: dict[str, float] = {}
+    for row in rows:
+        if row.op == "env.step" and row.metric in ("rpc.total", "endpoint.total"):
+            found[f"env_step_{row.metric.replace('.', '_')}_p50_ms"] = float(row.p50)
+    return found
+
+
+def _latency(rows: Any, steps: int, wall_s: float) -> tuple[float, float, str]:
+    found = round_latency(rows)
+    if found is not None:
+        return found[0], found[1], TELEMETRY
+    per_step = wall_s * 1e3 / max(steps, 1)
+    return per_step, per_step, WALL_OVER_STEPS
+
+
+# ----------------------------------------------------------------------------- ours, gRPC
+
+
+def run_ours_remote(
+    address: str, model: Any, *, episodes: int, seeds: Sequence[int] | None, lanes: int = 1
+) -> Sample:
+    """``run_local`` (our runtime, in-process model) against an env server."""
+    options = RunLocalOptions(
+        address,
+        episode_seeds=tuple(seeds or ()),
+        max_episodes=episodes,
+        workflow_edition="2026.06",
+    )
+
+    async def main() -> tuple[Any, float]:
+        started = time.perf_counter()
+        report = await run_local(model, options)
+        return report, time.perf_counter() - started
+
+    report, wall = trio.run(main)
+    if report.status != "completed":
+        raise RuntimeError(f"our run ended {report.status}: {report.reason}")
+    # RuntimeReport.total_steps counts env step *calls* (one per vector step); count
+    # lane steps from the episodes so a vector run compares with rlmesh's total_steps.
+    steps = report.total_steps if lanes == 1 else _lane_steps(report)
+    p50, p95, source = _latency(report.telemetry, steps, wall)
+    return Sample(
+        steps=steps,
+        wall_s=wall,
+        p50_ms=p50,
+        p95_ms=p95,
+        latency_source=source,
+        episodes=len(report.episodes),
+        mean_reward=report.mean_reward,
+        extra={"env_step_calls": report.total_steps, **_env_step_split(report.telemetry)},
+    )
+
+
+# ----------------------------------------------------------------------------- rlmesh
+
+
+def run_theirs(address: str, model: Any, *, episodes: int, seeds: Sequence[int] | None) -> Sample:
+    """``rlmesh.run`` (RLMesh's native runtime loop, in-process model) against an env server."""
+    import rlmesh
+
+    started = time.perf_counter()
+    result = rlmesh.run(
+        model,
+        tcp(address),
+        seeds=list(seeds) if seeds else None,
+        episodes=episodes,
+        workflow_edition="2026.06",
+    )
+    wall = time.perf_counter() - started
+    steps = int(result.total_steps)
+    p50, p95, source = _latency(result.telemetry, steps, wall)
+    return Sample(
+        steps=steps,
+        wall_s=wall,
+        p50_ms=p50,
+        p95_ms=p95,
+        latency_source=source,
+        episodes=result.num_episodes,
+        mean_reward=result.mean_reward,
+        extra=_env_step_split(result.telemetry),
+    )
+
+
+# ----------------------------------------------------------------------------- in-process
+
+
+async def drive_inprocess(episodes: int, seeds: Sequence[int]) -> tuple[Any, float]:
+    """Our driver on a local CartPole: GymEnvRuntimeEnv + ModelHandlerRuntimeModel."""
+    env = GymEnvRuntimeEnv(bench_envs.make_cartpole())
+    model = ModelHandlerRuntimeModel(bench_policies.OursCartPole(), env.contract)
+    options = RunLocalOptions(
+        "inprocess://local", episode_seeds=tuple(seeds), max_episodes=episodes
+    )
+    started = time.perf_counter()
+    report = await run_session(env, model, contract=env.contract, options=options)
+    wall = time.perf_counter() - started
+    return report, wall
+
+
+def run_ours_inprocess(*, episodes: int, seeds: Sequence[int]) -> Sample:
+    report, wall = trio.run(drive_inprocess, episodes, seeds)
+    if report.status != "completed":
+        raise RuntimeError(f"in-process run ended {report.status}: {report.reason}")
+    steps = report.total_steps
+    p50, p95, source = _latency(report.telemetry, steps, wall)
+    return Sample(
+        steps=steps,
+        wall_s=wall,
+        p50_ms=p50,
+        p95_ms=p95,
+        latency_source=source,
+        episodes=len(report.episodes),
+        mean_reward=report.mean_reward,
+    )
+
+
+def run_bare_gymnasium(*, episodes: int, seeds: Sequence[int]) -> Sample:
+    """The floor: ``env.step(policy(obs))`` in a plain loop, same env, policy and seeds."""
+    env = bench_envs.make_cartpole()
+    policy = bench_policies.cartpole_action
+    clock = time.perf_counter_ns
+    durations: list[int] = []
+    rewards: list[float] = []
+    started = time.perf_counter()
+    for index in range(episodes):
+        obs, _ = env.reset(seed=seeds[index] if index < len(seeds) else None)
+        total = 0.0
+        while True:
+            t0 = clock()
+            obs, reward, terminated, truncated, _ = env.step(policy(obs))
+            durations.append(clock() - t0)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        rewards.append(total)
+    wall = time.perf_counter() - started
+    env.close()
+    ms = [d / 1e6 for d in durations]
+    return Sample(
+        steps=len(durations),
+        wall_s=wall,
+        p50_ms=nearest_rank(ms, 0.5),
+        p95_ms=nearest_rank(ms, 0.95),
+        latency_source=STEP_TIMER,
+        episodes=episodes,
+        mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
+    )
+
+
+# ----------------------------------------------------------------------------- scenarios
+
+
+def scenario_inprocess(
+    *, rounds: int, episodes: int, log: Callable[[str], None] = print, warmup: bool = True
+) -> Comparison:
+    """4: our driver with in-process adapters vs a bare Gymnasium loop (no network)."""
+    seeds = list(range(episodes))
+    result = interleave(
+        "4-inproc",
+        "in-process: RuntimeDriver + GymEnvRuntimeEnv + ModelHandlerRuntimeModel vs bare loop",
+        (
+            "ours: driver, in-process adapters",
+            lambda: run_ours_inprocess(episodes=episodes, seeds=seeds),
+        ),
+        ("bare gymnasium loop", lambda: run_bare_gymnasium(episodes=episodes, seeds=seeds)),
+        rounds,
+        warmup=warmup,
+        log=log,
+    )
+    result.notes.append(
+        "ratio < 1 is the driver's overhead over calling env.step directly; bare-loop "
+        "latency is policy+env.step timed per step"
+    )
+    return result
+
+
+def scenario_single_lane_client(
+    address: str,
+    *,
+    rounds: int,
+    episodes: int,
+    log: Callable[[str], None] = print,
+    warmup: bool = True,
+) -> Comparison:
+    """1a: our runtime vs rlmesh.run, both against rlmesh.EnvServer (CartPole)."""
+    seeds = list(range(episodes))
+    ours = bench_policies.ours_models()["cartpole"]
+    theirs = bench_policies.theirs_models()["cartpole"]
+    return interleave(
+        "1a",
+        "single-lane CartPole, clients against rlmesh.EnvServer",
+        (
+            "ours: run_local -> rlmesh server",
+            lambda: run_ours_remote(address, ours, episodes=episodes, seeds=seeds),
+        ),
+        (
+            "rlmesh.run -> rlmesh server",
+            lambda: run_theirs(address, theirs, episodes=episodes, seeds=seeds),
+        ),
+        rounds,
+        warmup=warmup,
+        log=log,
+    )
+
+
+def scenario_single_lane_server(
+    our_address: str,
+    their_address: str,
+    *,
+    rounds: int,
+    episodes: int,
+    log: Callable[[str], None] = print,
+    warmup: bool = True,
+) -> Comparison:
+    """1b: rlmesh.run against our serve-env vs against rlmesh.EnvServer (CartPole)."""
+    seeds = list(range(episodes))
+    theirs = bench_policies.theirs_models()["cartpole"]
+    return interleave(
+        "1b",
+        "single-lane CartPole, rlmesh.run against each side's env server",
+        (
+            "rlmesh.run -> our serve-env",
+            lambda: run_theirs(our_address, theirs, episodes=episodes, seeds=seeds),
+        ),
+        (
+            "rlmesh.run -> rlmesh server",
+            lambda: run_theirs(their_address, theirs, episodes=episodes, seeds=seeds),
+        ),
+        rounds,
+        warmup=warmup,
+        log=log,
+    )
+
+
+def scenario_full_stack(
+    scenario: str,
+    title: str,
+    kind: str,
+    our_address: str,
+    their_address: str,
+    *,
+    rounds: int,
+    episodes: int,
+    seeded: bool,
+    log: Callable[[str], None] = print,
+    warmup: bool = True,
+) -> Comparison:
+    """2 and 3: our client + our server vs rlmesh.run + rlmesh.EnvServer."""
+    seeds = list(range(episodes)) if seeded else None
+    lanes = bench_envs.VECTOR_LANES if kind == "vector16" else 1
+    ours = bench_policies.ours_models()[kind]
+    theirs = bench_policies.theirs_models()[kind]
+    return interleave(
+        scenario,
+        title,
+        (
+            "ours: run_local -> our serve-env",
+            lambda: run_ours_remote(our_address, ours, episodes=episodes, seeds=seeds, lanes=lanes),
+        ),
+        (
+            "rlmesh.run -> rlmesh server",
+            lambda: run_theirs(their_address, theirs, episodes=episodes, seeds=seeds),
+        ),
+        rounds,
+        warmup=warmup,
+        log=log,
+    )

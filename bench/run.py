@@ -1,0 +1,321 @@
+"""Side-by-side benchmark of trio-rlmesh and RLMesh 0.1.0 (``nox -s bench``).
+
+Usage: ``python bench/run.py [--quick] [--json PATH] [--only 1a,1b,2,3,4] [--no-profile]``.
+``BENCH_QUICK=1`` is the same as ``--quick`` (the whole run in well under a minute).
+
+Every scenario interleaves rounds of the two sides (A B, B A, A B, ...) after one
+discarded warm-up pair, and reports medians over rounds. The machine is shared and
+noisy: read the ratio column, not the absolute numbers. Scenarios 1-3 need rlmesh
+(``rlmesh[gymnasium,numpy]==0.1.0``) and are skipped without it; scenario 4 and the
+profile of scenario 4 need only trio-rlmesh and Gymnasium. See ``bench/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import bench_envs  # noqa: E402
+import bench_policies  # noqa: E402
+from bench_measure import Comparison, format_table  # noqa: E402
+from bench_profile import Breakdown, profile_run  # noqa: E402
+from bench_scenarios import (  # noqa: E402
+    run_ours_inprocess,
+    run_ours_remote,
+    scenario_full_stack,
+    scenario_inprocess,
+    scenario_single_lane_client,
+    scenario_single_lane_server,
+)
+
+ALL_SCENARIOS = ("1a", "1b", "2", "3", "4")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    rounds: int
+    cartpole_episodes: int
+    """Episodes per round, single-lane CartPole (the heuristic policy lasts 500 steps)."""
+    vector_episodes: int
+    """Episodes per round on the 16-lane vector env (a multiple of 16)."""
+    image_episodes: int
+    """Episodes per round on the image env (100 steps each)."""
+    image_rounds: int
+    inprocess_episodes: int
+    profile_episodes: int
+    warmup: bool
+    """Run and discard one pair before the measured rounds."""
+
+
+FULL = Sizes(
+    rounds=5,
+    cartpole_episodes=6,
+    vector_episodes=48,
+    image_episodes=4,
+    image_rounds=3,
+    inprocess_episodes=20,
+    profile_episodes=4,
+    warmup=True,
+)
+QUICK = Sizes(
+    rounds=2,
+    cartpole_episodes=1,
+    vector_episodes=16,
+    image_episodes=1,
+    image_rounds=2,
+    inprocess_episodes=2,
+    profile_episodes=1,
+    warmup=False,
+)
+
+
+def rlmesh_version() -> str | None:
+    if importlib.util.find_spec("rlmesh") is None:
+        return None
+    from importlib.metadata import version
+
+    return version("rlmesh")
+
+
+def _log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _us_per_step(result: Comparison, side: str = "ours") -> float:
+    summary = result.ours if side == "ours" else result.theirs
+    return statistics.median(s.wall_s * 1e6 / max(s.steps, 1) for s in summary.samples)
+
+
+def run_all(
+    sizes: Sizes, scenarios: Sequence[str], *, profile: bool
+) -> tuple[list[Comparison], list[Breakdown], list[str]]:
+    results: list[Comparison] = []
+    profiles: list[Breakdown] = []
+    skipped: list[str] = []
+    remote = [s for s in scenarios if s in ("1a", "1b", "2", "3")]
+    have_rlmesh = rlmesh_version() is not None
+    if remote and not have_rlmesh:
+        skipped.append(f"scenarios {', '.join(remote)}: rlmesh is not installed")
+        remote = []
+
+    from bench_servers import servers
+
+    if "1a" in remote or "1b" in remote:
+        with servers("cartpole", ours="1b" in remote) as addr:
+            if "1a" in remote:
+                _log("scenario 1a: single-lane CartPole, both clients vs rlmesh.EnvServer")
+                result = scenario_single_lane_client(
+                    addr["theirs"],
+                    rounds=sizes.rounds,
+                    episodes=sizes.cartpole_episodes,
+                    log=_log,
+                    warmup=sizes.warmup,
+                )
+                results.append(result)
+                if profile:
+                    _log("profiling 1a (our client against rlmesh.EnvServer)")
+                    episodes = sizes.profile_episodes
+                    model = bench_policies.ours_models()["cartpole"]
+                    profiles.append(
+                        profile_run(
+                            "1a: run_local -> rlmesh.EnvServer (CartPole)",
+                            lambda: run_ours_remote(
+                                addr["theirs"],
+                                model,
+                                episodes=episodes,
+                                seeds=list(range(episodes)),
+                            ),
+                            lambda sample: sample.steps,
+                            unprofiled_us_per_step=_us_per_step(result),
+                        )
+                    )
+            if "1b" in remote:
+                _log("scenario 1b: rlmesh.run vs our serve-env and vs rlmesh.EnvServer")
+                results.append(
+                    scenario_single_lane_server(
+                        addr["ours"],
+                        addr["theirs"],
+                        rounds=sizes.rounds,
+                        episodes=sizes.cartpole_episodes,
+                        log=_log,
+                        warmup=sizes.warmup,
+                    )
+                )
+    if "2" in remote:
+        _log("scenario 2: 16-lane vector CartPole (NEXT_STEP), predict_batch, each side's server")
+        with servers("vector16") as addr:
+            result = scenario_full_stack(
+                "2-vec16",
+                "16-lane SyncVectorEnv CartPole, batched model, each side's client + server",
+                "vector16",
+                addr["ours"],
+                addr["theirs"],
+                rounds=sizes.rounds,
+                episodes=sizes.vector_episodes,
+                seeded=False,  # rlmesh refuses explicit seeds on an autoresetting vector env
+                log=_log,
+                warmup=sizes.warmup,
+            )
+            result.notes.append(
+                "steps = lane steps of completed episodes (both reports); p50/p95 are per "
+                "vector round (16 lanes)"
+            )
+            results.append(result)
+    if "3" in remote:
+        _log("scenario 3: 84x84x3 uint8 image env, each side's server")
+        with servers("image") as addr:
+            results.append(
+                scenario_full_stack(
+                    "3-image",
+                    "84x84x3 uint8 observation env, each side's client + server",
+                    "image",
+                    addr["ours"],
+                    addr["theirs"],
+                    rounds=sizes.image_rounds,
+                    episodes=sizes.image_episodes,
+                    seeded=True,
+                    log=_log,
+                    warmup=sizes.warmup,
+                )
+            )
+    if "4" in scenarios:
+        _log("scenario 4: in-process driver vs bare Gymnasium loop")
+        result = scenario_inprocess(
+            rounds=sizes.rounds, episodes=sizes.inprocess_episodes, log=_log, warmup=sizes.warmup
+        )
+        results.append(result)
+        if profile:
+            _log("profiling 4 (in-process driver)")
+            episodes = sizes.profile_episodes
+            profiles.append(
+                profile_run(
+                    "4: RuntimeDriver + GymEnvRuntimeEnv + ModelHandlerRuntimeModel (CartPole)",
+                    lambda: run_ours_inprocess(episodes=episodes, seeds=list(range(episodes))),
+                    lambda sample: sample.steps,
+                    unprofiled_us_per_step=_us_per_step(result),
+                )
+            )
+    for result in results:
+        note = _transport_note(result)
+        if note:
+            result.notes.append(note)
+    return results, profiles, skipped
+
+
+def _transport_note(result: Comparison) -> str | None:
+    """env.step p50 as the runtime saw it vs the server's own handling, per side."""
+    parts = []
+    for summary in (result.ours, result.theirs):
+        rpc = [s.extra.get("env_step_rpc_total_p50_ms") for s in summary.samples]
+        served = [s.extra.get("env_step_endpoint_total_p50_ms") for s in summary.samples]
+        if None in rpc or None in served or not rpc:
+            continue
+        parts.append(
+            f"{summary.label}: {statistics.median(rpc):.3f} / {statistics.median(served):.3f}"  # type: ignore[type-var]
+        )
+    if not parts:
+        return None
+    return "env.step p50 round trip / server handling (ms): " + "; ".join(parts)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (also BENCH_QUICK=1)")
+    parser.add_argument("--json", type=Path, help="write every number to this file")
+    parser.add_argument(
+        "--only", default=",".join(ALL_SCENARIOS), help="comma-separated scenarios (1a,1b,2,3,4)"
+    )
+    parser.add_argument("--no-profile", action="store_true", help="skip the cProfile runs")
+    args = parser.parse_args(argv)
+    quick = args.quick or os.environ.get("BENCH_QUICK", "") not in ("", "0")
+    sizes = QUICK if quick else FULL
+    scenarios = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(scenarios) - set(ALL_SCENARIOS))
+    if unknown:
+        parser.error(f"unknown scenarios {unknown}; choose from {', '.join(ALL_SCENARIOS)}")
+
+    import trio_rlmesh
+
+    theirs = rlmesh_version()
+    header = (
+        f"trio-rlmesh {getattr(trio_rlmesh, '__version__', '?')} vs rlmesh {theirs or '(absent)'}"
+        f" | python {platform.python_version()} | {os.cpu_count()} cpus | "
+        f"{'quick' if quick else 'full'} mode | {sizes}"
+    )
+    _log(header)
+    started = time.perf_counter()
+    results, profiles, skipped = run_all(sizes, scenarios, profile=not args.no_profile)
+    components: dict[str, float] = {}
+    if not args.no_profile:
+        _log("component micro-timings")
+        from bench_components import measure
+
+        components = measure(300 if quick else 3000)
+    elapsed = time.perf_counter() - started
+
+    print()
+    print(header)
+    print(
+        "Medians over interleaved rounds. steps/s = steps from the run's report / whole-run "
+        "wall time (connect to close); ratio = median of per-round ours/theirs steps/s."
+    )
+    print(format_table(results))
+    for result in results:
+        for note in result.notes:
+            print(f"  note [{result.scenario}]: {note}")
+    for reason in skipped:
+        print(f"  skipped {reason}")
+    for breakdown in profiles:
+        print()
+        print(breakdown.format())
+    if components:
+        from bench_components import format_components
+
+        print()
+        print(format_components(components))
+    print(f"\nbench finished in {elapsed:.1f} s")
+
+    if args.json is not None:
+        data = {
+            "header": header,
+            "quick": quick,
+            "sizes": sizes.__dict__,
+            "env": {"image_shape": bench_envs.IMAGE_SHAPE, "vector_lanes": bench_envs.VECTOR_LANES},
+            "results": [r.to_json_dict() for r in results],
+            "profiles": [p.to_json_dict() for p in profiles],
+            "components_us_per_call": components,
+            "skipped": skipped,
+            "elapsed_s": elapsed,
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(_json_safe(data), indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
