@@ -217,7 +217,7 @@ async def run_local(
             with trio.move_on_after(60):
                 report = await run_local(MyModel(), options)
     """
-    from .model import ResolveOptions, as_handler
+    from .model import ResolveOptions, RouteContract, as_handler
     from .runtime._ids import mint_uuid7
     from .transports.inprocess import ModelHandlerRuntimeModel
 
@@ -229,9 +229,10 @@ async def run_local(
         wants_history = False
         setup = model_handler.route_setup()
         if setup is not None:
+            # A route setup is promised a RouteContract, as on the served path.
             needs = await setup.resolve_adapter(
                 env_id,
-                info,
+                RouteContract.from_env_contract(info),
                 ResolveOptions(execution_horizon=options.execution_horizon, delivers_history=True),
             )
             wants_history = needs.history is not None

@@ -84,6 +84,17 @@ def _is_cancellation(exc: BaseException) -> bool:
     return False
 
 
+def _env_lane(error: Error, group: _Group) -> None:
+    """Turn the lane a model endpoint named (a row of its request) into the env lane.
+
+    A predict request's rows are the group's lanes in order, so row ``i`` is
+    ``group.lanes[i]``: the identity on a lockstep group, lane ``k`` for lane ``k``'s
+    one-row group. A lane that is already the env's (row 0 of lane 0) maps to itself.
+    """
+    if error.lane is not None and 0 <= error.lane < len(group.lanes):
+        error.lane = group.lanes[error.lane]
+
+
 @attrs.define(eq=False)
 class _Group:
     """Lanes that share one action batch: every lane of a lockstep env, or one lane endpoint."""
@@ -688,14 +699,18 @@ class RuntimeDriver:
             return await self._batcher.submit(request, group)
         limits = self._spec.limits
         started = trio.current_time()
-        prediction = await self._call(
-            "model.predict",
-            "model_predict_timeout",
-            limits.model_predict_timeout,
-            group,
-            lambda: self._model.predict(request),
-            ModelError,
-        )
+        try:
+            prediction = await self._call(
+                "model.predict",
+                "model_predict_timeout",
+                limits.model_predict_timeout,
+                group,
+                lambda: self._model.predict(request),
+                ModelError,
+            )
+        except Error as exc:
+            _env_lane(exc, group)
+            raise
         self._check_prediction(request, prediction, group)
         ms = self._record_rpc(
             "model.predict",
@@ -752,6 +767,7 @@ class RuntimeDriver:
                     )
                     self._book.note_predict(waiter.group.lanes, ms)
             elif isinstance(outcome, Error):
+                _env_lane(outcome, waiter.group)
                 outcome.with_context(
                     operation="model.predict", lane=waiter.group.lane, step=self._total_steps
                 )
@@ -852,9 +868,9 @@ class RuntimeDriver:
     ) -> _T:
         step = self._total_steps if step is None else step
         lane = group.lane if group is not None else None
-        with _deadline(timeout):
+        with _deadline(timeout) as scope:
             try:
-                return await call()
+                result = await call()
             except Error as exc:
                 # Keep the endpoint's own chain (``__cause__``): only fill in the context.
                 exc.with_context(operation=op, step=step, lane=lane)
@@ -866,6 +882,11 @@ class RuntimeDriver:
                     step=step,
                     lane=lane,
                 ) from exc
+            # An inline endpoint (a numpy model, a Gymnasium env) that blocks the event loop
+            # never reaches a checkpoint, so the scope cannot interrupt it; it still outlived
+            # its limit when it returns after the deadline.
+            if trio.current_time() <= scope.deadline:
+                return result
         where = f" on lane {lane}" if lane is not None else ""
         raise OperationTimeout(
             f"{op} timed out after {_fmt_seconds(timeout)} on route {self._spec.env_id}{where} "

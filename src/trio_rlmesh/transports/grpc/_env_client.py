@@ -815,8 +815,12 @@ class EnvClientRuntimeEnv:
         return await self.client.reset(request)
 
     async def step(self, request: env_v1.StepRequest) -> EnvStepResult:
-        """Step through the client (errors name ``env.step``)."""
-        return await self.client.step(request)
+        """Step through the client (errors name ``env.step`` and the step being attempted).
+
+        The driver numbers a failed step as the step it was attempting (completed + 1),
+        as the in-process env path does; the client's own default is the completed count.
+        """
+        return await self.client.step(request, step=self.client._steps + 1)
 
     async def close(self, timeout: float) -> None:  # noqa: ASYNC109 - RuntimeEnv's signature
         """Close the session, giving up after ``timeout`` seconds (errors name ``env.close``)."""
