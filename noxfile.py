@@ -17,7 +17,7 @@ import nox
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["lint", "typecheck", "protos_check", "tests", "interop"]
+nox.options.sessions = ["lint", "typecheck", "protos_check", "docs", "tests", "interop"]
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml("pyproject.toml")
