@@ -9,7 +9,6 @@ stays free of grpclib and asyncio.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -78,6 +77,9 @@ class RunLocalOptions:
     """Per-operation deadlines; ``None`` uses the runtime defaults."""
     connect_timeout: float = 10.0
     """Seconds allowed for connecting and handshaking with the env."""
+    session_id: str = "local"
+    """Correlation label of the session; it is also an input of the ``base_seed`` law, so
+    the same ``base_seed`` and ``session_id`` always derive the same reset seeds."""
 
 
 async def run_session(
@@ -105,7 +107,7 @@ async def run_session(
 
     num_envs = max(1, int(contract.num_envs))
     spec = RuntimeSessionSpec(
-        session_id=session_id or _session_id(),
+        session_id=session_id or options.session_id,
         env_id=env_id or mint_uuid7(),
         env_component_id="local-env",
         model_component_id="local-model",
@@ -131,10 +133,6 @@ async def run_session(
     driver = RuntimeDriver(spec, env, model, hooks, prefetch_lead=options.prefetch_lead)
     task_status.started(driver)
     return await driver.run()
-
-
-def _session_id() -> str:
-    return f"local-{os.getpid()}"
 
 
 def _check_drivable(num_envs: int, subset_step: bool, options: RunLocalOptions) -> None:
@@ -242,7 +240,7 @@ async def run_local(
             model,
             options,
             env_id=env_id,
-            session_id=_session_id(),
+            session_id=options.session_id,
             hooks=hooks,
             task_status=task_status,
         )
@@ -268,7 +266,7 @@ async def run_remote(
         _connected_env(options) as (client, _info),
         open_model_client(model_address, token=model_token) as model_client,
     ):
-        env_id, session_id = mint_uuid7(), _session_id()
+        env_id, session_id = mint_uuid7(), options.session_id
         env_spec = client.contract.spec
         assert env_spec is not None  # read_env_contract refused a contract without one
         model = ModelClientRuntimeModel(model_client)

@@ -392,3 +392,17 @@ async def test_a_callers_cancel_scope_leaves_nothing_running() -> None:
             assert len(_tasks()) == before
             # The server let go of the cancelled client's session and takes the next one.
             await still_serves(address)
+
+
+async def test_base_seed_derives_the_same_seeds_in_every_run() -> None:
+    """The default session id is constant, so a base seed is reproducible across processes."""
+    from trio_rlmesh.runtime import deterministic_reset_seed
+
+    with trio.fail_after(60):
+        async with serving(gym.make(CARTPOLE)) as address:
+            options = RunLocalOptions(address, max_episodes=2, base_seed=11, max_episode_steps=5)
+            first = await run_local(Balancer(), options)
+            second = await run_local(Balancer(), options)
+    seeds = [episode.seed for episode in first.episodes]
+    assert seeds == [episode.seed for episode in second.episodes]
+    assert seeds[0] == deterministic_reset_seed(11, "local", 0, 0)
