@@ -55,6 +55,7 @@ from ...protocol import (
     has_capability,
     highest_shared_edition,
 )
+from ...protocol._fastwire import decode_env_join_response, encode_env_join
 from ...runtime._interfaces import EndpointTimings, EnvResetResult, EnvStepResult
 from ._common import (
     ENV_HANDSHAKE,
@@ -111,6 +112,8 @@ class _SizedProtoCodec(CodecBase):
         return bytes(message)
 
     def decode(self, data: bytes, message_type: Any) -> _Received:
+        if message_type is env_v1.JoinResponse:
+            return _Received(decode_env_join_response(data), len(data))
         return _Received(message_type.FromString(data), len(data))
 
 
@@ -345,7 +348,7 @@ class _JoinConnection:
             raise ConnectionAbortedError("the Join stream is closed")
         request_id = f"grpc-req-{next(self._ids)}"
         request.request_id = request_id
-        data = bytes(request)
+        data = encode_env_join(request)
         waiter: asyncio.Future[_Received] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = waiter
         try:

@@ -24,6 +24,7 @@ import betterproto2
 import trio
 from grpclib.client import Channel, Stream
 from grpclib.const import Cardinality, Status
+from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 
 from ..._errors import Error, ModelError, ProtocolError, SpecError, TransportError
@@ -36,6 +37,7 @@ from ...protocol import (
     highest_shared_edition,
     model_v1,
 )
+from ...protocol._fastwire import decode_model_join_response, encode_model_join
 from ...runtime._interfaces import EndpointTimings, ModelPrediction
 from ._common import (
     MODEL_HANDSHAKE,
@@ -48,6 +50,20 @@ from ._common import (
 from ._portal import Portal, open_portal
 
 __all__ = ["ModelClient", "ModelClientRuntimeModel", "open_model_client"]
+
+
+class _JoinCodec(ProtoCodec):
+    """grpclib's proto codec, with the hand-written path for Join requests and replies."""
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        if message_type is model_v1.JoinRequest and type(message) is model_v1.JoinRequest:
+            return encode_model_join(message)
+        return super().encode(message, message_type)
+
+    def decode(self, data: bytes, message_type: Any) -> Any:
+        if message_type is model_v1.JoinResponse:
+            return decode_model_join_response(data)
+        return super().decode(data, message_type)
 
 
 class _ModelJoin:
@@ -68,9 +84,9 @@ class _ModelJoin:
     def _get_channel(self) -> Channel:
         if self._channel is None:
             if self._path is not None:
-                self._channel = Channel(path=self._path)
+                self._channel = Channel(path=self._path, codec=_JoinCodec())
             else:
-                self._channel = Channel(self._host, self._port)
+                self._channel = Channel(self._host, self._port, codec=_JoinCodec())
         return self._channel
 
     async def handshake(self, request: model_v1.HandshakeRequest) -> model_v1.HandshakeResponse:
