@@ -109,3 +109,74 @@ def test_format_telemetry_table() -> None:
     assert lines[2].startswith("model.predict  group.size")
     assert len({len(line) for line in lines}) == 1
     assert format_telemetry([]).split() == lines[0].split()
+
+
+def _pushed(values: list[float], capacity: int, clear_at: int | None = None) -> Reservoir:
+    reservoir = Reservoir(capacity=capacity)
+    for index, value in enumerate(values):
+        if index == clear_at:
+            reservoir.clear()
+        reservoir.push(value)
+    return reservoir
+
+
+@pytest.mark.parametrize("capacity", [1, 4, 64])
+@pytest.mark.parametrize("chunk", [1, 3, 50, 1000])
+def test_reservoir_extend_matches_one_push_at_a_time(capacity: int, chunk: int) -> None:
+    values = [float(v * 7 % 101) for v in range(700)]
+    expected = _pushed(values, capacity, clear_at=300)
+    reservoir = Reservoir(capacity=capacity)
+    for start in range(0, len(values), chunk):
+        part = values[start : start + chunk]
+        if start <= 300 < start + chunk:
+            reservoir.extend(part[: 300 - start])
+            reservoir.clear()
+            part = part[300 - start :]
+        reservoir.extend(part)
+    assert reservoir.samples == expected.samples
+    assert reservoir.seen == expected.seen
+    assert reservoir._rng.state == expected._rng.state
+
+
+def test_sinks_and_record_give_identical_snapshots() -> None:
+    values = [float((v * 37) % 1009) for v in range(20_000)]
+    by_record, by_sink = TelemetryRecorder(), TelemetryRecorder()
+    sink = by_sink.sink("env.step", "rpc.total")
+    windows: list[tuple[list[TelemetryRow], list[TelemetryRow]]] = []
+    for index, value in enumerate(values):
+        by_record.record("env.step", "rpc.total", value)
+        sink(value)
+        if index % 3000 == 2999:
+            by_sink.fold()
+        if index % 7000 == 6999:
+            windows.append((by_record.snapshot("window"), by_sink.snapshot("window")))
+            by_record.flush_window()
+            by_sink.flush_window()
+    for expected, got in windows:
+        assert got == expected
+    assert by_sink.snapshot("window") == by_record.snapshot("window")
+    assert by_sink.snapshot("session") == by_record.snapshot("session")
+    (row,) = by_sink.snapshot("session")
+    assert row.count == 20_000
+
+
+def test_pending_samples_count_in_the_window_they_arrived_in() -> None:
+    recorder = TelemetryRecorder()
+    sink = recorder.sink("model.predict", "rpc.total")
+    sink(1.0)
+    sink(3.0)
+    recorder.flush_window()  # the pending samples belonged to the flushed window
+    assert recorder.snapshot("window") == []
+    sink(5.0)
+    (window,) = recorder.snapshot("window")
+    (session,) = recorder.snapshot("session")
+    assert (window.count, window.avg) == (1, 5.0)
+    assert (session.count, session.avg) == (3, 3.0)
+
+
+def test_a_resolved_sink_without_samples_shows_no_row() -> None:
+    recorder = TelemetryRecorder()
+    recorder.sink("env.step", "endpoint.queue")
+    assert recorder.snapshot("session") == []
+    with pytest.raises(ValueError, match="bogus"):
+        recorder.sink("env.step", "bogus")

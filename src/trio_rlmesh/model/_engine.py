@@ -136,7 +136,7 @@ class _Forward:
         self.engine = engine
         self.groups = groups
         self.horizon = horizon
-        self.n = sum(g.num_envs for g in groups)
+        self.n = groups[0].num_envs if len(groups) == 1 else sum(g.num_envs for g in groups)
         self.observation_space: Space | None = groups[0].observation_space
         self.action_space: Space | None = groups[0].action_space
         self.batch = concat_batches(self.observation_space, [g.observation for g in groups])
@@ -290,6 +290,15 @@ class ModelEngine:
         route = self._routes.get(group.env_id)
         return route.horizon if route is not None else 1
 
+    def _plain_predict(self, horizon: int) -> bool:
+        """Whether ``_dispatch`` sends each lane to the authored ``predict`` corner."""
+        corners = self._corners
+        return (
+            corners.predict is not None
+            and not corners.has_batch
+            and (horizon == 1 or not corners.has_chunk)
+        )
+
     def _fuses(self, horizon: int) -> bool:
         corners = self._corners
         if horizon > 1:
@@ -302,6 +311,17 @@ class ModelEngine:
         """The synchronous body of :meth:`predict_grouped` (what a worker thread runs)."""
         started = time.perf_counter_ns()
         self._user_ns = 0
+        if len(observations) == 1:
+            # A lone group (every single-env run): there is nothing to bucket or fuse.
+            group = observations[0]
+            answers = [self._run_one(group, self._horizon(group))]
+        else:
+            answers = self._run_groups(observations)
+        self._adapter_ns += max(0, time.perf_counter_ns() - started - self._user_ns)
+        return answers
+
+    def _run_groups(self, observations: Sequence[ModelObservation]) -> list[PredictFrames | Error]:
+        """Several groups: fuse the ones that can share a forward, run the rest alone."""
         results: list[PredictFrames | Error | None] = [None] * len(observations)
         solo: list[int] = list(range(len(observations)))
         if self._allow_fusion and len(observations) > 1:
@@ -320,7 +340,6 @@ class ModelEngine:
         for index in solo:
             group = observations[index]
             results[index] = self._run_one(group, self._horizon(group))
-        self._adapter_ns += max(0, time.perf_counter_ns() - started - self._user_ns)
         return [
             r if r is not None else ModelError("grouped predict left a group unserved")
             for r in results
@@ -329,6 +348,14 @@ class ModelEngine:
     def _run_one(self, group: ModelObservation, horizon: int) -> PredictFrames | Error:
         try:
             forward = _Forward(self, [group], horizon)
+            if forward.n == 1 and self._plain_predict(horizon):
+                # The common case: one lane through the authored predict. This is the path
+                # _dispatch and _predict take for it, without their per-lane lists.
+                corner = self._corners.predict
+                assert corner is not None
+                context = _Lazy(forward, [0], single=True)
+                action = self._user(corner, forward.lanes()[0], 1, context, 0)
+                return PredictFrames(actions=[action], replay=[])
             frames = self._dispatch(forward)
             return self._finish(frames, group.num_envs)
         except _Failure as failure:

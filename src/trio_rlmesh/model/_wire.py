@@ -65,19 +65,23 @@ def observation_from_request(
     n = len(episodes)
     try:
         batch = _codec.decode_batch(space, request.observation.leaves, n)
-        history = tuple(
-            HistoryRow(
-                observation=_codec.decode_lanes(
-                    space, row.observation.leaves if row.observation else [], 1
-                )[0],
-                episode=(
-                    EpisodeRef(row.episode.episode_id, row.episode.seed)
-                    if row.episode is not None
-                    else None
-                ),
-                step=row.step,
+        history = (
+            ()
+            if not request.history
+            else tuple(
+                HistoryRow(
+                    observation=_codec.decode_lanes(
+                        space, row.observation.leaves if row.observation else [], 1
+                    )[0],
+                    episode=(
+                        EpisodeRef(row.episode.episode_id, row.episode.seed)
+                        if row.episode is not None
+                        else None
+                    ),
+                    step=row.step,
+                )
+                for row in request.history
             )
-            for row in request.history
         )
     except Error as exc:
         raise _invalid(
@@ -96,13 +100,18 @@ def observation_from_request(
     )
 
 
+def _bad_action(model: str, env_id: str) -> str:
+    # Built only on failure: formatting it on every predict costs more than the check.
+    return f"model {model!r} returned a bad action for env {env_id!r}"
+
+
 def _encode_frame(
     space: Space, actions: Sequence[Any], *, model: str, env_id: str, frame: int
 ) -> spaces_v1.SpaceValue:
-    where = f"model {model!r} returned a bad action for env {env_id!r}"
     nan = find_nan(space, actions)
     if nan is not None:
         lane, path = nan
+        where = _bad_action(model, env_id)
         raise ModelError(
             f"{where} lane {lane}"
             + (f" (replay frame {frame})" if frame else "")
@@ -115,6 +124,7 @@ def _encode_frame(
         return spaces_v1.SpaceValue(leaves=_codec.encode_lanes(space, actions))
     except Error as exc:
         failure: Error = exc
+    where = _bad_action(model, env_id)
     # Find the first lane that fails on its own, so the error can name it.
     for lane, action in enumerate(actions):
         try:

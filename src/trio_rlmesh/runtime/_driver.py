@@ -15,7 +15,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import attrs
 import trio
@@ -45,7 +45,14 @@ from ._hooks import (
     Telemetry,
 )
 from ._ids import format_request_id
-from ._interfaces import EndpointTimings, ModelPrediction, RuntimeEnv, RuntimeModel
+from ._interfaces import (
+    EndpointTimings,
+    EnvResetResult,
+    EnvStepResult,
+    ModelPrediction,
+    RuntimeEnv,
+    RuntimeModel,
+)
 from ._report import RunStatus, RuntimeReport
 from ._spec import RuntimeSessionSpec, timeout_ms
 from ._telemetry import TelemetryRecorder
@@ -57,7 +64,14 @@ logger = logging.getLogger("trio_rlmesh.runtime")
 CANCELLED_BY_CALLER = "cancelled by caller"
 COMPLETED_REASON = "completed requested episodes"
 
+_FOLD_ROUNDS = 256
+"""Rounds between telemetry folds: a round records about 15 samples."""
+
 _T = TypeVar("_T")
+_Req = TypeVar("_Req")
+
+_Inline: TypeAlias = Callable[[_Req], _T | None]
+"""An endpoint's optional synchronous form of a call: the answer, or ``None`` to await it."""
 
 
 def _deadline(seconds: float | None) -> trio.CancelScope:
@@ -221,11 +235,29 @@ class RuntimeDriver:
         self._env = env
         self._model = model
         self._hooks = HookDispatcher(hooks)
+        # Looked up once: the per-step payload hooks build no event unless overridden.
+        wants = self._hooks.wants
+        self._observes_observations = wants("transform_observation") or wants("observation_emitted")
+        self._observes_actions = wants("transform_action") or wants("action_received")
+        self._observes_steps = wants("step_completed")
         self._prefetch_lead = prefetch_lead
         self._telemetry = TelemetryRecorder()
+        self._reset_sinks = _OpSinks(self._telemetry, "env.reset")
+        self._step_sinks = _OpSinks(self._telemetry, "env.step")
+        self._predict_sinks = _OpSinks(self._telemetry, "model.predict")
+        self._round_sink = self._telemetry.sink("runner.round", "rpc.total")
+        self._rounds = 0
+        # Synchronous forms an in-process endpoint may offer (optional; see ``_call``).
+        self._reset_inline: _Inline[env_v1.ResetRequest, EnvResetResult] | None
+        self._reset_inline = getattr(env, "reset_inline", None)
+        self._step_inline: _Inline[env_v1.StepRequest, EnvStepResult] | None
+        self._step_inline = getattr(env, "step_inline", None)
+        self._predict_inline: _Inline[model_v1.PredictRequest, ModelPrediction] | None
+        self._predict_inline = getattr(model, "predict_inline", None)
         self._stop_scope = trio.CancelScope()
         self._cancel_reason: str | None = None
         self._started = False
+        self._now: Callable[[], float] = trio.current_time
         self._seq = 0
         self._total_steps = 0
         self._lockstep = not spec.lanes_step_individually
@@ -276,8 +308,12 @@ class RuntimeDriver:
         if self._started:
             raise RuntimeError("RuntimeDriver.run() runs once; build a new driver for another run")
         self._started = True
+        # The run's clock, read directly: trio.current_time() adds two calls per read, and
+        # a step reads the clock about ten times.
+        self._now = trio.lowlevel.current_clock().current_time
         self._wants_history = bool(self._model.wants_history)
         self._sends_trial = spec.sends_trial_index
+        self._step_timeout_ms = timeout_ms(spec.limits.env_step_timeout)
         failure: Error | None = None
         interrupted: BaseException | None = None
         try:
@@ -416,12 +452,15 @@ class RuntimeDriver:
         if not await self._reset(group, planned):
             return
         while True:
-            started = trio.current_time()
+            started = self._now()
             # A loop whose env and model never block must still notice cancellation.
             await trio.lowlevel.checkpoint()
             self._maybe_prefetch(group)
             frame, replayed = await self._next_action(group)
-            action = await self._emit_action(group, frame, replayed)
+            if self._observes_actions:
+                action = await self._emit_action(group, frame, replayed)
+            else:
+                action = tuple(frame.leaves)
             response = await self._step(group, action)
             ended = await self._after_step(group, response)
             if book.quota_reached:
@@ -438,7 +477,7 @@ class RuntimeDriver:
                 if not await self._reset(group):
                     self._record_round(started)
                     return
-            else:
+            elif self._observes_observations:
                 await self._emit_observation(group)
             self._record_round(started)
 
@@ -462,7 +501,8 @@ class RuntimeDriver:
             env_indices=list(group.env_indices),
             episode_ids=[p.episode_id for p in planned],
         )
-        started = trio.current_time()
+        started = self._now()
+        inline = self._reset_inline
         result = await self._call(
             "env.reset",
             "env_reset_timeout",
@@ -470,11 +510,12 @@ class RuntimeDriver:
             group,
             lambda: self._env.reset(request),
             EnvError,
+            inline=None if inline is None else lambda: inline(request),
         )
         self._record_rpc(
-            "env.reset", started, result.timings, result.request_bytes, result.response_bytes
+            self._reset_sinks, started, result.timings, result.request_bytes, result.response_bytes
         )
-        book.reset_done(group.lanes, trio.current_time())
+        book.reset_done(group.lanes, self._now())
         for p in planned:
             await self._hooks.fire(
                 "episode_started",
@@ -499,11 +540,12 @@ class RuntimeDriver:
         limits = self._spec.limits
         request = env_v1.StepRequest(
             action=spaces_v1.SpaceValue(leaves=list(action)),
-            timeout_ms=timeout_ms(limits.env_step_timeout),
+            timeout_ms=self._step_timeout_ms,
             env_indices=list(group.env_indices),
             episode_ids=self._book.step_ids(group.lanes),
         )
-        started = trio.current_time()
+        started = self._now()
+        inline = self._step_inline
         result = await self._call(
             "env.step",
             "env_step_timeout",
@@ -512,10 +554,11 @@ class RuntimeDriver:
             lambda: self._env.step(request),
             EnvError,
             step=self._total_steps + 1,
+            inline=None if inline is None else lambda: inline(request),
         )
         self._total_steps += 1
         ms = self._record_rpc(
-            "env.step", started, result.timings, result.request_bytes, result.response_bytes
+            self._step_sinks, started, result.timings, result.request_bytes, result.response_bytes
         )
         self._book.note_step(group.lanes, ms)
         return result.response
@@ -538,9 +581,9 @@ class RuntimeDriver:
     async def _after_step(self, group: _Group, response: env_v1.StepResponse) -> bool:
         """Account the step, its rolls and completions; True when any lane's episode ended."""
         book, spec = self._book, self._spec
-        now = trio.current_time()
+        now = self._now()
         rolled = book.record_step(group.lanes, self._lane_rewards(group, response), now)
-        if self._hooks.wants("step_completed"):
+        if self._observes_steps:
             first = book.slots[group.lanes[0]]
             await self._hooks.fire(
                 "step_completed",
@@ -698,7 +741,8 @@ class RuntimeDriver:
         if self._batcher is not None:
             return await self._batcher.submit(request, group)
         limits = self._spec.limits
-        started = trio.current_time()
+        started = self._now()
+        inline = self._predict_inline
         try:
             prediction = await self._call(
                 "model.predict",
@@ -707,13 +751,14 @@ class RuntimeDriver:
                 group,
                 lambda: self._model.predict(request),
                 ModelError,
+                inline=None if inline is None else lambda: inline(request),
             )
         except Error as exc:
             _env_lane(exc, group)
             raise
         self._check_prediction(request, prediction, group)
         ms = self._record_rpc(
-            "model.predict",
+            self._predict_sinks,
             started,
             prediction.timings,
             prediction.request_bytes,
@@ -721,7 +766,7 @@ class RuntimeDriver:
         )
         self._record_model_phases(prediction)
         if prediction.group_size is not None:
-            self._telemetry.record("model.predict", "group.size", prediction.group_size)
+            self._predict_sinks.group_size(prediction.group_size)
         self._book.note_predict(group.lanes, ms)
         return prediction
 
@@ -729,7 +774,7 @@ class RuntimeDriver:
         """Serve one fused group; every waiter gets its own prediction or error."""
         limits = self._spec.limits
         requests = [w.request for w in batch]
-        started = trio.current_time()
+        started = self._now()
         outcomes: list[ModelPrediction | Error]
         try:
             results = await self._call(
@@ -750,9 +795,10 @@ class RuntimeDriver:
             outcomes = list(results)
         except Error as exc:
             outcomes = [exc] * len(batch)
-        ms = (trio.current_time() - started) * 1e3
-        self._telemetry.record("model.predict", "rpc.total", ms)
-        self._telemetry.record("model.predict", "group.size", len(batch))
+        ms = (self._now() - started) * 1e3
+        sinks = self._predict_sinks
+        sinks.rpc(ms)
+        sinks.group_size(len(batch))
         for waiter, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, ModelPrediction):
                 try:
@@ -760,11 +806,9 @@ class RuntimeDriver:
                 except Error as exc:
                     outcome = exc
                 else:
-                    self._record_phases("model.predict", outcome.timings)
+                    sinks.phases(outcome.timings)
                     self._record_model_phases(outcome)
-                    self._record_bytes(
-                        "model.predict", outcome.request_bytes, outcome.response_bytes
-                    )
+                    sinks.sizes(outcome.request_bytes, outcome.response_bytes)
                     self._book.note_predict(waiter.group.lanes, ms)
             elif isinstance(outcome, Error):
                 _env_lane(outcome, waiter.group)
@@ -780,7 +824,10 @@ class RuntimeDriver:
         response = prediction.response
         component = self._spec.model_component_id
         assert request.context is not None
-        if response.context is None or response.context != request.context:
+        # An in-process model echoes the request's own context object: skip the field compare.
+        if response.context is not request.context and (
+            response.context is None or response.context != request.context
+        ):
             raise ProtocolError(
                 f"model endpoint {component} returned mismatched route identity for request "
                 f"{request.context.request_id}",
@@ -799,9 +846,9 @@ class RuntimeDriver:
     # -- hooks around payloads --------------------------------------------------------------
 
     async def _emit_observation(self, group: _Group) -> None:
-        hooks = self._hooks
-        if not (hooks.wants("transform_observation") or hooks.wants("observation_emitted")):
+        if not self._observes_observations:
             return
+        hooks = self._hooks
         spec, book = self._spec, self._book
         event = ObservationEmitted(
             spec.session_id,
@@ -822,9 +869,9 @@ class RuntimeDriver:
         self, group: _Group, frame: spaces_v1.SpaceValue, replayed: bool
     ) -> tuple[bytes, ...]:
         action = tuple(frame.leaves)
-        hooks = self._hooks
-        if not (hooks.wants("transform_action") or hooks.wants("action_received")):
+        if not self._observes_actions:
             return action
+        hooks = self._hooks
         spec, book = self._spec, self._book
         event = ActionReceived(
             spec.session_id,
@@ -859,34 +906,54 @@ class RuntimeDriver:
         self,
         op: str,
         limit_name: str,
-        timeout: float | None,  # noqa: ASYNC109 - applied as a deadline scope below
+        timeout: float | None,  # noqa: ASYNC109 - applied as a deadline below
         group: _Group | None,
         call: Callable[[], Awaitable[_T]],
         error_class: type[Error],
         *,
         step: int | None = None,
+        inline: Callable[[], _T | None] | None = None,
     ) -> _T:
+        """Run ``call`` under the ``timeout`` deadline, with errors given their context.
+
+        ``inline``, when given, is the endpoint's synchronous form of the same call: it
+        answers ``None`` when it cannot serve the call synchronously right now (a threaded
+        env, a busy model), and ``call`` runs instead. A synchronous answer never reaches
+        a checkpoint, so no cancel scope could interrupt it; it gets the same late-answer
+        check as an inline endpoint that blocks inside ``call``. Skipping the scope (and,
+        without a deadline, skipping it for ``call`` too) is what keeps the in-process
+        path cheap: entering and leaving a cancel scope costs more than a Gymnasium step.
+        """
         step = self._total_steps if step is None else step
         lane = group.lane if group is not None else None
-        with _deadline(timeout) as scope:
-            try:
+        deadline = math.inf if timeout is None else self._now() + timeout
+        timed_out = False
+        try:
+            answer = inline() if inline is not None else None
+            if answer is not None:
+                result = answer
+            elif timeout is None:
                 result = await call()
-            except Error as exc:
-                # Keep the endpoint's own chain (``__cause__``): only fill in the context.
-                exc.with_context(operation=op, step=step, lane=lane)
-                raise
-            except Exception as exc:
-                raise error_class(
-                    f"{op} failed at runtime step {step}: {type(exc).__name__}: {exc}",
-                    operation=op,
-                    step=step,
-                    lane=lane,
-                ) from exc
-            # An inline endpoint (a numpy model, a Gymnasium env) that blocks the event loop
-            # never reaches a checkpoint, so the scope cannot interrupt it; it still outlived
-            # its limit when it returns after the deadline.
-            if trio.current_time() <= scope.deadline:
-                return result
+            else:
+                with trio.CancelScope(deadline=deadline) as scope:
+                    result = await call()
+                timed_out = scope.cancelled_caught
+        except Error as exc:
+            # Keep the endpoint's own chain (``__cause__``): only fill in the context.
+            exc.with_context(operation=op, step=step, lane=lane)
+            raise
+        except Exception as exc:
+            raise error_class(
+                f"{op} failed at runtime step {step}: {type(exc).__name__}: {exc}",
+                operation=op,
+                step=step,
+                lane=lane,
+            ) from exc
+        # An inline endpoint (a numpy model, a Gymnasium env) that blocks the event loop
+        # never reaches a checkpoint, so the scope cannot interrupt it; it still outlived
+        # its limit when it returns after the deadline.
+        if not timed_out and self._now() <= deadline:
+            return result
         where = f" on lane {lane}" if lane is not None else ""
         raise OperationTimeout(
             f"{op} timed out after {_fmt_seconds(timeout)} on route {self._spec.env_id}{where} "
@@ -923,7 +990,7 @@ class RuntimeDriver:
 
     async def _reset_adapter(self, request: model_v1.ResetAdapterRequest) -> None:
         try:
-            started = trio.current_time()
+            started = self._now()
             timeout = self._spec.limits.model_predict_timeout
             with _deadline(timeout) as scope:
                 try:
@@ -935,7 +1002,7 @@ class RuntimeDriver:
                 self._note_failure("reset_adapter", f"timed out after {_fmt_seconds(timeout)}")
                 return
             self._telemetry.record(
-                "model.reset_adapter", "rpc.total", (trio.current_time() - started) * 1e3
+                "model.reset_adapter", "rpc.total", (self._now() - started) * 1e3
             )
         finally:
             self._bg_pending -= 1
@@ -1073,39 +1140,87 @@ class RuntimeDriver:
 
     def _record_rpc(
         self,
-        op: str,
+        sinks: _OpSinks,
         started: float,
         timings: EndpointTimings,
         request_bytes: int | None,
         response_bytes: int | None,
     ) -> float:
-        ms = (trio.current_time() - started) * 1e3
-        self._telemetry.record(op, "rpc.total", ms)
-        self._record_phases(op, timings)
-        self._record_bytes(op, request_bytes, response_bytes)
+        ms = (self._now() - started) * 1e3
+        sinks.rpc(ms)
+        sinks.phases(timings)
+        sinks.sizes(request_bytes, response_bytes)
         return ms
 
-    def _record_phases(self, op: str, timings: EndpointTimings) -> None:
-        record = self._telemetry.record_ns
-        record(op, "endpoint.total", timings.total_ns)
-        record(op, "endpoint.decode", timings.decode_ns)
-        record(op, "endpoint.user", timings.user_ns)
-        record(op, "endpoint.encode", timings.encode_ns)
-        record(op, "endpoint.queue", timings.queue_ns)
-
     def _record_model_phases(self, prediction: ModelPrediction) -> None:
-        timings = prediction.timings
-        self._telemetry.record_ns("model.predict", "predict.adapter", timings.adapter_ns)
+        timings, sinks = prediction.timings, self._predict_sinks
+        if timings.adapter_ns is not None:
+            sinks.adapter(timings.adapter_ns / 1e6)
         if timings.held_episodes is not None:
-            self._telemetry.record("model.predict", "held.episodes", timings.held_episodes)
+            sinks.held_episodes(timings.held_episodes)
         if timings.held_state_bytes is not None:
-            self._telemetry.record("model.predict", "held.bytes", timings.held_state_bytes)
-
-    def _record_bytes(self, op: str, request_bytes: int | None, response_bytes: int | None) -> None:
-        if request_bytes is not None:
-            self._telemetry.record(op, "request.bytes", request_bytes)
-        if response_bytes is not None:
-            self._telemetry.record(op, "response.bytes", response_bytes)
+            sinks.held_bytes(timings.held_state_bytes)
 
     def _record_round(self, started: float) -> None:
-        self._telemetry.record("runner.round", "rpc.total", (trio.current_time() - started) * 1e3)
+        self._round_sink((self._now() - started) * 1e3)
+        # The sinks only append; fold now and then so a long run's memory stays flat.
+        self._rounds += 1
+        if not self._rounds % _FOLD_ROUNDS:
+            self._telemetry.fold()
+
+
+class _OpSinks:
+    """The telemetry series of one operation, resolved once so a step records cheaply.
+
+    Resolving a sink creates its series, but a series without samples appears in no
+    snapshot, so the report is the same as recording through ``TelemetryRecorder.record``.
+    """
+
+    __slots__ = (
+        "adapter",
+        "decode",
+        "encode",
+        "group_size",
+        "held_bytes",
+        "held_episodes",
+        "queue",
+        "request_bytes",
+        "response_bytes",
+        "rpc",
+        "total",
+        "user",
+    )
+
+    def __init__(self, telemetry: TelemetryRecorder, op: str) -> None:
+        sink = telemetry.sink
+        self.rpc = sink(op, "rpc.total")
+        self.total = sink(op, "endpoint.total")
+        self.decode = sink(op, "endpoint.decode")
+        self.user = sink(op, "endpoint.user")
+        self.encode = sink(op, "endpoint.encode")
+        self.queue = sink(op, "endpoint.queue")
+        self.request_bytes = sink(op, "request.bytes")
+        self.response_bytes = sink(op, "response.bytes")
+        self.adapter = sink(op, "predict.adapter")
+        self.held_episodes = sink(op, "held.episodes")
+        self.held_bytes = sink(op, "held.bytes")
+        self.group_size = sink(op, "group.size")
+
+    def phases(self, timings: EndpointTimings) -> None:
+        """The endpoint's own phase durations (nanoseconds, recorded as milliseconds)."""
+        if timings.total_ns is not None:
+            self.total(timings.total_ns / 1e6)
+        if timings.decode_ns is not None:
+            self.decode(timings.decode_ns / 1e6)
+        if timings.user_ns is not None:
+            self.user(timings.user_ns / 1e6)
+        if timings.encode_ns is not None:
+            self.encode(timings.encode_ns / 1e6)
+        if timings.queue_ns is not None:
+            self.queue(timings.queue_ns / 1e6)
+
+    def sizes(self, request_bytes: int | None, response_bytes: int | None) -> None:
+        if request_bytes is not None:
+            self.request_bytes(request_bytes)
+        if response_bytes is not None:
+            self.response_bytes(response_bytes)

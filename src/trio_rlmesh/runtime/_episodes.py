@@ -56,6 +56,10 @@ class LaneState(enum.Enum):
     ROLLING = "rolling"
     RETIRED = "retired"
 
+    # Members are singletons compared by identity, so the identity hash agrees with
+    # equality; Enum's own __hash__ is a Python call, paid on every table lookup per step.
+    __hash__ = object.__hash__
+
 
 class LaneEvent(enum.Enum):
     RESET_SENT = "reset_sent"
@@ -65,6 +69,8 @@ class LaneEvent(enum.Enum):
     ENDED_ROLLING = "ended_rolling"
     ROLLED = "rolled"
     RETIRE = "retire"
+
+    __hash__ = object.__hash__  # see LaneState
 
 
 _S, _E = LaneState, LaneEvent

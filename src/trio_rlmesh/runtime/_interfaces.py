@@ -125,6 +125,12 @@ class RuntimeEnv(Protocol):
     with ``recoverable`` set; the driver adds the step and lane context.
     A lane endpoint (``subset_step``) accepts concurrent calls for different lanes,
     each naming its lane in ``env_indices``.
+
+    Optional fast path: an in-process implementation may also define synchronous
+    ``reset_inline(request)`` / ``step_inline(request)`` returning the result, or
+    ``None`` to say "use the async method this time". The driver tries them first: a
+    call that never yields needs no cancel scope or extra scheduler round, and its
+    deadline is still enforced (an answer that arrives late fails the run).
     """
 
     async def reset(self, request: env_v1.ResetRequest) -> EnvResetResult:
@@ -147,6 +153,9 @@ class RuntimeModel(Protocol):
     ``predict_group`` answers a list of requests 1:1 and in order; a failed group is
     returned as its :class:`~trio_rlmesh.Error` in place, never raised, so one bad
     group does not sink the others.
+
+    Like :class:`RuntimeEnv`, an in-process implementation may offer a synchronous
+    ``predict_inline(request)`` that returns the prediction or ``None``.
     """
 
     @property

@@ -97,9 +97,23 @@ def _where(index: tuple[int, ...]) -> str:
     return f"lane {index[0]}" + (f" element {index[1:]}" if len(index) > 1 else "")
 
 
+_SMALL = 16
+"""Arrays up to this many elements are scanned in Python: a numpy reduction's fixed cost
+(microseconds) is far above the scan itself for a one-lane Discrete action."""
+
+
+def _min_max(array: npt.NDArray[Any]) -> tuple[int, int]:
+    """``(min, max)`` of a numeric, non-empty, NaN-free ``array``, truncated to int."""
+    if array.size <= _SMALL:
+        values = array.ravel().tolist()
+        return int(min(values)), int(max(values))
+    return int(array.min()), int(array.max())
+
+
 def _check_range(array: npt.NDArray[Any], low: int, high: int, what: str, path: str) -> None:
     """Raise unless every element of the (numeric, non-empty) ``array`` is in ``low..high``."""
-    if int(array.min()) >= low and int(array.max()) <= high:
+    lowest, highest = _min_max(array)
+    if lowest >= low and highest <= high:
         return
     index = _first_index(_outside(array, low, high))
     raise CodecError(
@@ -208,8 +222,13 @@ class _Node:
     def decode(self, leaves: Sequence[LeafBuffer], n: int, framed: bool) -> Any:
         raise NotImplementedError
 
-    def stack(self, lanes: Sequence[Any]) -> Any:
+    def stack(self, lanes: Sequence[Any], copy: bool = True) -> Any:
+        """The lanes as one batch; ``copy=False`` lets the batch share memory with a lane."""
         raise NotImplementedError
+
+    def encode_lanes(self, lanes: Sequence[Any], out: list[bytes], framed: bool) -> None:
+        """``encode(stack(lanes))``: the lanes checked one by one, then encoded as a batch."""
+        self.encode(self.stack(lanes, copy=False), len(lanes), out, framed)
 
     def unstack(self, batch: Any, n: int) -> list[Any]:
         raise NotImplementedError
@@ -265,7 +284,27 @@ class _Fixed(_Node):
     def from_buffer(self, buf: LeafBuffer) -> npt.NDArray[Any]:
         return np.frombuffer(buf, self.np_dtype)
 
-    def stack(self, lanes: Sequence[Any]) -> Any:
+    def encode_lanes(self, lanes: Sequence[Any], out: list[bytes], framed: bool) -> None:
+        if len(lanes) != 1:
+            super().encode_lanes(lanes, out, framed)
+            return
+        # One lane (every single-env step): the same checks, conversions and bytes as
+        # stack-then-encode, minus the second pass over a batch that is known to be right.
+        array = _as_array(lanes[0], self.path)
+        if array.shape != self.shape:
+            raise CodecError(
+                "lane 0 has the wrong shape",
+                path=self.path,
+                expected=self.shape,
+                actual=array.shape,
+            )
+        batch = array[np.newaxis]
+        if batch.dtype != self.np_dtype:
+            batch = _coerce(batch, self.wire, self.path)
+        self.check_domain(batch)
+        out.append(batch.tobytes())
+
+    def stack(self, lanes: Sequence[Any], copy: bool = True) -> Any:
         arrays = [_as_array(lane, self.path) for lane in lanes]
         for index, array in enumerate(arrays):
             if array.shape != self.shape:
@@ -277,6 +316,9 @@ class _Fixed(_Node):
                 )
         if not arrays:
             return np.zeros((0, *self.shape), self.np_dtype)
+        if len(arrays) == 1 and not copy:
+            # One lane as a batch of one: a view, same dtype and values as np.stack's copy.
+            return _coerce(arrays[0][np.newaxis], self.wire, self.path)
         return _coerce(np.stack(arrays), self.wire, self.path)
 
     def unstack(self, batch: Any, n: int) -> list[Any]:
@@ -468,7 +510,7 @@ class _TextNode(_Node):
                 actual=exc.reason,
             ) from None
 
-    def stack(self, lanes: Sequence[Any]) -> Any:
+    def stack(self, lanes: Sequence[Any], copy: bool = True) -> Any:
         return tuple(self._strings(lanes, len(lanes)))
 
     def unstack(self, batch: Any, n: int) -> list[Any]:
@@ -517,9 +559,9 @@ class _DictNode(_Node):
     def decode(self, leaves: Sequence[LeafBuffer], n: int, framed: bool) -> Any:
         return {key: node.decode(leaves, n, framed) for key, node in self.children}
 
-    def stack(self, lanes: Sequence[Any]) -> Any:
+    def stack(self, lanes: Sequence[Any], copy: bool = True) -> Any:
         rows = [self._fields(lane, index) for index, lane in enumerate(lanes)]
-        return {key: node.stack([row[key] for row in rows]) for key, node in self.children}
+        return {key: node.stack([row[key] for row in rows], copy) for key, node in self.children}
 
     def unstack(self, batch: Any, n: int) -> list[Any]:
         fields = self._fields(batch, None)
@@ -560,9 +602,11 @@ class _TupleNode(_Node):
     def decode(self, leaves: Sequence[LeafBuffer], n: int, framed: bool) -> Any:
         return tuple(node.decode(leaves, n, framed) for node in self.children)
 
-    def stack(self, lanes: Sequence[Any]) -> Any:
+    def stack(self, lanes: Sequence[Any], copy: bool = True) -> Any:
         rows = [self._items(lane, index) for index, lane in enumerate(lanes)]
-        return tuple(node.stack([row[i] for row in rows]) for i, node in enumerate(self.children))
+        return tuple(
+            node.stack([row[i] for row in rows], copy) for i, node in enumerate(self.children)
+        )
 
     def unstack(self, batch: Any, n: int) -> list[Any]:
         items = self._items(batch, None)
@@ -683,7 +727,7 @@ def encode_lanes(space: Space, values: Sequence[Any]) -> list[bytes]:
     """
     node = _root(space)
     out: list[bytes] = []
-    node.encode(node.stack(values), len(values), out, True)
+    node.encode_lanes(values, out, True)
     return out
 
 
@@ -694,7 +738,11 @@ def decode_lanes(space: Space, leaves: Sequence[LeafBuffer], n: int) -> list[Any
     scalar of its dtype, Text a str, Dict a dict and Tuple a tuple.
     """
     node = _root(space)
-    return node.unstack(decode_batch(space, leaves, n), n)
+    batch = decode_batch(space, leaves, n)
+    if isinstance(node, _Fixed):
+        # A fixed leaf decodes to exactly (n, *shape): its rows need no second check.
+        return list(batch)
+    return node.unstack(batch, n)
 
 
 def encode_value(space: Space, value: Any) -> list[bytes]:
@@ -704,7 +752,7 @@ def encode_value(space: Space, value: Any) -> list[bytes]:
     """
     node = _root(space)
     out: list[bytes] = []
-    node.encode(node.stack([value]), 1, out, False)
+    node.encode_lanes([value], out, False)
     return out
 
 

@@ -112,6 +112,18 @@ class GymEnvRuntimeEnv:
             return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
         return fn(*args, **kwargs)
 
+    def _runs_inline(self, method: str) -> bool:
+        """Whether ``method`` may be served by its synchronous form.
+
+        Not when threaded, and not when a subclass (or a patch on this instance) replaced
+        the async method: the driver must then go through the replacement.
+        """
+        return (
+            not self.threaded
+            and method not in self.__dict__
+            and getattr(type(self), method) is getattr(GymEnvRuntimeEnv, method)
+        )
+
     def _encode_obs(self, obs: Any) -> spaces_v1.SpaceValue:
         space = self.info.observation_space
         try:
@@ -124,8 +136,36 @@ class GymEnvRuntimeEnv:
                 code="INTERNAL",
             ) from exc
 
+    # -- reset -------------------------------------------------------------------------------
+
     async def reset(self, request: env_v1.ResetRequest) -> EnvResetResult:
         started = time.perf_counter_ns()
+        kwargs = self._reset_kwargs(request)
+        decoded = time.perf_counter_ns()
+        try:
+            obs, info = await self._call(self.env.reset, **kwargs)
+        except Exception as exc:
+            raise self._reset_failed(exc) from exc
+        return self._reset_result(request, obs, info, started, decoded)
+
+    def reset_inline(self, request: env_v1.ResetRequest) -> EnvResetResult | None:
+        """:meth:`reset` without the event loop, or ``None`` when it must be awaited.
+
+        The runtime driver calls this first: an unthreaded reset never yields, so it can
+        skip the cancel scope an awaited call needs.
+        """
+        if not self._runs_inline("reset"):
+            return None
+        started = time.perf_counter_ns()
+        kwargs = self._reset_kwargs(request)
+        decoded = time.perf_counter_ns()
+        try:
+            obs, info = self.env.reset(**kwargs)
+        except Exception as exc:
+            raise self._reset_failed(exc) from exc
+        return self._reset_result(request, obs, info, started, decoded)
+
+    def _reset_kwargs(self, request: env_v1.ResetRequest) -> dict[str, Any]:
         lanes = list(request.env_indices) or list(range(self.num_envs))
         if lanes != list(range(self.num_envs)):
             raise EnvError(
@@ -142,18 +182,22 @@ class GymEnvRuntimeEnv:
         kwargs: dict[str, Any] = {"seed": seed}
         if request.options is not None:
             kwargs["options"] = meta_to_python(request.options)
-        decoded = time.perf_counter_ns()
-        try:
-            obs, info = await self._call(self.env.reset, **kwargs)
-        except Exception as exc:
-            raise EnvError(
-                f"env {self.info.env_id} reset raised {type(exc).__name__}: {exc}",
-                operation="env.reset",
-                code="INTERNAL",
-            ) from exc
+        return kwargs
+
+    def _reset_failed(self, exc: Exception) -> EnvError:
+        return EnvError(
+            f"env {self.info.env_id} reset raised {type(exc).__name__}: {exc}",
+            operation="env.reset",
+            code="INTERNAL",
+        )
+
+    def _reset_result(
+        self, request: env_v1.ResetRequest, obs: Any, info: Any, started: int, decoded: int
+    ) -> EnvResetResult:
         called = time.perf_counter_ns()
+        seeds = list(request.seeds)
         ids = list(request.episode_ids)
-        for index in lanes:
+        for index in range(self.num_envs):
             lane_seed = seeds[index] if index < len(seeds) else None
             self._lanes[index].begin(ids[index] if index < len(ids) else "", lane_seed)
         response = env_v1.ResetResponse(observation=self._encode_obs(obs), infos=_safe_meta(info))
@@ -166,8 +210,36 @@ class GymEnvRuntimeEnv:
         )
         return EnvResetResult(response=response, timings=timings)
 
+    # -- step --------------------------------------------------------------------------------
+
     async def step(self, request: env_v1.StepRequest) -> EnvStepResult:
         started = time.perf_counter_ns()
+        action = self._decode_action(request)
+        decoded = time.perf_counter_ns()
+        try:
+            obs, reward, terminated, truncated, info = await self._call(self.env.step, action)
+        except Exception as exc:
+            raise self._step_failed(exc) from exc
+        return self._step_result(
+            request, (obs, reward, terminated, truncated, info), started, decoded
+        )
+
+    def step_inline(self, request: env_v1.StepRequest) -> EnvStepResult | None:
+        """:meth:`step` without the event loop, or ``None`` when it must be awaited."""
+        if not self._runs_inline("step"):
+            return None
+        started = time.perf_counter_ns()
+        action = self._decode_action(request)
+        decoded = time.perf_counter_ns()
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+        except Exception as exc:
+            raise self._step_failed(exc) from exc
+        return self._step_result(
+            request, (obs, reward, terminated, truncated, info), started, decoded
+        )
+
+    def _decode_action(self, request: env_v1.StepRequest) -> Any:
         if request.env_indices:
             raise EnvError(
                 "an in-process Gymnasium env steps all lanes together",
@@ -179,9 +251,8 @@ class GymEnvRuntimeEnv:
         leaves = request.action.leaves if request.action is not None else []
         try:
             if self.vector:
-                action = _codec.decode_batch(space, leaves, self.num_envs)
-            else:
-                action = _codec.decode_lanes(space, leaves, 1)[0]
+                return _codec.decode_batch(space, leaves, self.num_envs)
+            return _codec.decode_lanes(space, leaves, 1)[0]
         except Error as exc:
             raise EnvError(
                 f"action does not decode for env {self.info.env_id}: {exc}",
@@ -189,23 +260,31 @@ class GymEnvRuntimeEnv:
                 operation="env.step",
                 code="INVALID_ACTION",
             ) from exc
-        decoded = time.perf_counter_ns()
-        try:
-            obs, reward, terminated, truncated, info = await self._call(self.env.step, action)
-        except Exception as exc:
-            raise EnvError(
-                f"env {self.info.env_id} step raised {type(exc).__name__}: {exc}",
-                operation="env.step",
-                code="INTERNAL",
-            ) from exc
+
+    def _step_failed(self, exc: Exception) -> EnvError:
+        return EnvError(
+            f"env {self.info.env_id} step raised {type(exc).__name__}: {exc}",
+            operation="env.step",
+            code="INTERNAL",
+        )
+
+    def _step_result(
+        self,
+        request: env_v1.StepRequest,
+        outcome: tuple[Any, Any, Any, Any, Any],
+        started: int,
+        decoded: int,
+    ) -> EnvStepResult:
+        """The response to a step whose env call returned ``outcome`` (its 5-tuple)."""
         called = time.perf_counter_ns()
+        obs, reward, terminated, truncated, info = outcome
         rewards = np.asarray(reward, dtype=np.float64).reshape(self.num_envs)
         terms = np.asarray(terminated, dtype=bool).reshape(self.num_envs)
         truncs = np.asarray(truncated, dtype=bool).reshape(self.num_envs)
         completed = self._track(request, rewards, terms, truncs, info)
         response = env_v1.StepResponse(
             observation=self._encode_obs(obs),
-            rewards=[float(r) for r in rewards],
+            rewards=rewards.tolist(),
             terminated_mask=terms.astype(np.uint8).tobytes(),
             truncated_mask=truncs.astype(np.uint8).tobytes(),
             infos=_safe_meta(info),

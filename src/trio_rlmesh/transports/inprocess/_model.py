@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import trio
 
 from ..._errors import Error, ModelError
 from ...model import as_handler
+from ...model._engine import ModelEngine
 from ...model._handler import (
+    HeldState,
     ModelHandler,
     ModelObservation,
     PredictFrames,
@@ -133,36 +136,90 @@ class ModelHandlerRuntimeModel:
             raise result
         return result
 
+    def predict_inline(self, request: model_v1.PredictRequest) -> ModelPrediction | None:
+        """:meth:`predict` without the event loop, or ``None`` when it must be awaited.
+
+        The runtime driver calls this first. It answers only for a handler that runs
+        inline anyway (a :class:`~trio_rlmesh.model.ModelEngine` without ``offload``)
+        and only while no eviction holds the handler; being synchronous, it needs no
+        lock of its own, and it saves the scheduler round an awaited lock costs.
+        """
+        engine = self.handler
+        if (
+            type(engine) is not ModelEngine
+            or engine.offload
+            or self._lock.locked()
+            or "predict" in self.__dict__
+            or type(self).predict is not ModelHandlerRuntimeModel.predict
+        ):
+            return None
+        started = time.perf_counter_ns()
+        requests = [request]
+        prepared, batch = self._decode(requests)
+        decode_ns = time.perf_counter_ns() - started
+        answers: list[PredictFrames | Error] = []
+        drained = _NOT_CALLED
+        if batch:
+            call_started = time.perf_counter_ns()
+            try:
+                answers = engine.predict_grouped_sync(batch)
+            except Exception as exc:
+                answers = _all_failed(exc, len(batch))
+            finally:
+                drained = self._drain(call_started)
+        (result,) = self._encode(requests, prepared, answers, started, decode_ns, drained)
+        if isinstance(result, Error):
+            raise result
+        return result
+
     async def predict_group(
         self, requests: Sequence[model_v1.PredictRequest]
     ) -> list[ModelPrediction | Error]:
         started = time.perf_counter_ns()
-        prepared: list[ModelObservation | Error] = []
-        for request in requests:
-            try:
-                prepared.append(observation_from_request(request, self.contract, model=self.name))
-            except Error as exc:
-                prepared.append(exc)
-        batch = [group for group in prepared if isinstance(group, ModelObservation)]
+        prepared, batch = self._decode(requests)
         decode_ns = time.perf_counter_ns() - started
-
         answers: list[PredictFrames | Error] = []
-        user_ns = adapter_ns = 0
-        held = None
+        drained = _NOT_CALLED
         if batch:
             async with self._lock:
                 call_started = time.perf_counter_ns()
                 try:
                     answers = list(await self.handler.predict_grouped(batch))
                 except Exception as exc:
-                    answers = [exc if isinstance(exc, Error) else ModelError(str(exc))] * len(batch)
+                    answers = _all_failed(exc, len(batch))
                 finally:
-                    user_ns = time.perf_counter_ns() - call_started
-                    # Drain even after a failure, or the time leaks into the next predict.
-                    adapter_ns = self.handler.take_adapter_ns()
-                    held = self.handler.held_state()
+                    drained = self._drain(call_started)
+        return self._encode(requests, prepared, answers, started, decode_ns, drained)
 
+    def _decode(
+        self, requests: Sequence[model_v1.PredictRequest]
+    ) -> tuple[list[ModelObservation | Error], list[ModelObservation]]:
+        """Each request as a group (or its decode error), and the groups that decoded."""
+        prepared: list[ModelObservation | Error] = []
+        for request in requests:
+            try:
+                prepared.append(observation_from_request(request, self.contract, model=self.name))
+            except Error as exc:
+                prepared.append(exc)
+        return prepared, [group for group in prepared if isinstance(group, ModelObservation)]
+
+    def _drain(self, call_started: int) -> _Drained:
+        # Drained even after a failure, or the time leaks into the next predict.
+        user_ns = time.perf_counter_ns() - call_started
+        return _Drained(user_ns, self.handler.take_adapter_ns(), self.handler.held_state())
+
+    def _encode(
+        self,
+        requests: Sequence[model_v1.PredictRequest],
+        prepared: list[ModelObservation | Error],
+        answers: list[PredictFrames | Error],
+        started: int,
+        decode_ns: int,
+        drained: _Drained,
+    ) -> list[ModelPrediction | Error]:
+        """Check and encode each group's answer, aligned with ``requests``."""
         encode_started = time.perf_counter_ns()
+        held = drained.held
         results: list[ModelPrediction | Error] = []
         answer_iter = iter(answers)
         for request, group in zip(requests, prepared, strict=True):
@@ -194,14 +251,10 @@ class ModelHandlerRuntimeModel:
             except Error as exc:
                 results.append(exc)
                 continue
-            assert requests
             assert group.request_id
-            response = model_v1.PredictResponse(
-                context=model_v1.AdapterContext(
-                    session_id=group.session_id, env_id=group.env_id, request_id=group.request_id
-                ),
-                actions=actions,
-            )
+            # The decoded group's route identity is the request's context, field for field;
+            # echoing that object also lets the driver's identity check skip a field compare.
+            response = model_v1.PredictResponse(context=request.context, actions=actions)
             now = time.perf_counter_ns()
             results.append(
                 ModelPrediction(
@@ -209,9 +262,9 @@ class ModelHandlerRuntimeModel:
                     timings=EndpointTimings(
                         total_ns=now - started,
                         decode_ns=decode_ns,
-                        user_ns=user_ns,
+                        user_ns=drained.user_ns,
                         encode_ns=now - encode_started,
-                        adapter_ns=adapter_ns,
+                        adapter_ns=drained.adapter_ns,
                         held_episodes=held.episodes if held is not None else None,
                         held_state_bytes=held.bytes if held is not None else None,
                     ),
@@ -254,3 +307,20 @@ class ModelHandlerRuntimeModel:
 
 def _env_of(request: model_v1.PredictRequest) -> str:
     return request.context.env_id if request.context is not None else ""
+
+
+class _Drained(NamedTuple):
+    """What the handler reported after one grouped call."""
+
+    user_ns: int
+    adapter_ns: int
+    held: HeldState | None
+
+
+_NOT_CALLED = _Drained(0, 0, None)
+"""No group decoded, so the handler was not called."""
+
+
+def _all_failed(exc: Exception, count: int) -> list[PredictFrames | Error]:
+    """A grouped call that raised fails every group of it with the same error."""
+    return [exc if isinstance(exc, Error) else ModelError(str(exc))] * count

@@ -1,0 +1,153 @@
+"""The in-process adapters' synchronous forms: same answers as the awaited calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import trio
+
+from tests.model.helpers import BOX_ROUTE, DISCRETE_ROUTE, predict_request
+from trio_rlmesh import EnvError, ModelError
+from trio_rlmesh.model import Model, as_handler
+from trio_rlmesh.protocol import env_v1, spaces_v1
+from trio_rlmesh.runtime._interfaces import EnvResetResult, EnvStepResult
+from trio_rlmesh.spaces import encode_batch
+from trio_rlmesh.transports.inprocess import GymEnvRuntimeEnv, ModelHandlerRuntimeModel
+
+from .test_gym_env import Countdown
+
+
+def _step(env: GymEnvRuntimeEnv, action: int, episode: str = "ep") -> env_v1.StepRequest:
+    leaves = encode_batch(env.info.action_space, np.array([action]), 1)
+    return env_v1.StepRequest(action=spaces_v1.SpaceValue(leaves=leaves), episode_ids=[episode])
+
+
+def _same_answer(a: Any, b: Any) -> None:
+    """Equal responses; timings differ by nature, so only their presence is compared."""
+    ra, rb = a.response, b.response
+    if hasattr(ra, "completed_episodes"):
+        for meta in [*ra.completed_episodes, *rb.completed_episodes]:
+            meta.start_timestamp_ns = meta.end_timestamp_ns = 0
+    assert ra == rb
+    assert (a.timings.total_ns is None) == (b.timings.total_ns is None)
+
+
+async def test_env_inline_reset_and_step_match_the_awaited_calls() -> None:
+    awaited, inline = GymEnvRuntimeEnv(Countdown()), GymEnvRuntimeEnv(Countdown())
+    reset = env_v1.ResetRequest(seeds=[3], episode_ids=["ep"])
+    inline_reset = inline.reset_inline(reset)
+    assert isinstance(inline_reset, EnvResetResult)
+    _same_answer(await awaited.reset(reset), inline_reset)
+    ended = []
+    for _ in range(3):  # the third step ends the episode
+        inline_step = inline.step_inline(_step(inline, 1))
+        assert isinstance(inline_step, EnvStepResult)
+        _same_answer(await awaited.step(_step(awaited, 1)), inline_step)
+        ended += inline_step.response.completed_episodes
+    assert len(ended) == 1
+
+
+async def test_env_inline_errors_match_the_awaited_calls() -> None:
+    env = GymEnvRuntimeEnv(Countdown())
+    bad = _step(env, 1)
+    assert bad.action is not None
+    bad.action.leaves = [b"\x05" + b"\x00" * 7]  # Discrete(2) does not hold 5
+    with pytest.raises(EnvError) as awaited:
+        await env.step(bad)
+    with pytest.raises(EnvError) as inline:
+        env.step_inline(bad)
+    assert inline.value.message == awaited.value.message
+    assert inline.value.code == awaited.value.code == "INVALID_ACTION"
+
+    class Broken(Countdown):
+        def step(self, action: Any) -> Any:
+            return (np.zeros(1, np.float32), 1.0)  # not a 5-tuple
+
+    broken = GymEnvRuntimeEnv(Broken())
+    with pytest.raises(EnvError) as awaited:
+        await broken.step(_step(broken, 1))
+    with pytest.raises(EnvError) as inline:
+        broken.step_inline(_step(broken, 1))
+    assert inline.value.message == awaited.value.message
+    assert "step raised ValueError" in inline.value.message
+
+
+async def test_env_inline_declines_when_threaded_or_replaced() -> None:
+    threaded = GymEnvRuntimeEnv(Countdown(), threaded=True)
+    assert threaded.reset_inline(env_v1.ResetRequest(episode_ids=["ep"])) is None
+    assert threaded.step_inline(_step(threaded, 1)) is None
+
+    class Custom(GymEnvRuntimeEnv):
+        async def step(self, request: env_v1.StepRequest) -> EnvStepResult:
+            return await super().step(request)
+
+    custom = Custom(Countdown())
+    assert custom.step_inline(_step(custom, 1)) is None
+    assert custom.reset_inline(env_v1.ResetRequest(episode_ids=["ep"])) is not None
+
+    patched = GymEnvRuntimeEnv(Countdown())
+    patched.reset = patched.reset  # type: ignore[method-assign]
+    assert patched.reset_inline(env_v1.ResetRequest(episode_ids=["ep"])) is None
+
+
+class Halve(Model):
+    def predict(self, observation: Any) -> Any:
+        return np.clip(observation / 10, -1, 1)
+
+
+class Picks(Model):
+    def __init__(self, action: Any) -> None:
+        self.action = action
+
+    def predict(self, observation: Any) -> Any:
+        if isinstance(self.action, Exception):
+            raise self.action
+        return self.action
+
+
+async def test_model_inline_predict_matches_predict() -> None:
+    model = ModelHandlerRuntimeModel(Halve(), BOX_ROUTE)
+    request = predict_request("env-1", [4.0])
+    inline = model.predict_inline(request)
+    assert inline is not None
+    awaited = await model.predict(request)
+    assert inline.response == awaited.response
+    assert inline.response.context is request.context
+    assert inline.timings.held_episodes == awaited.timings.held_episodes == 0
+    assert inline.timings.adapter_ns is not None
+
+
+@pytest.mark.parametrize(
+    "action",
+    [np.int64(7), np.float64(1.5), "left", np.zeros(2), RuntimeError("boom")],
+    ids=["domain", "dtype", "text", "shape", "raise"],
+)
+async def test_model_inline_errors_match_predict(action: Any) -> None:
+    model = ModelHandlerRuntimeModel(Picks(action), DISCRETE_ROUTE)
+    request = predict_request("env-7", [1.0])
+    with pytest.raises(ModelError) as awaited:
+        await model.predict(request)
+    with pytest.raises(ModelError) as inline:
+        model.predict_inline(request)
+    assert inline.value.message == awaited.value.message
+    assert (inline.value.lane, inline.value.recoverable) == (0, False)
+
+
+async def test_model_inline_declines_when_it_cannot_answer_synchronously() -> None:
+    request = predict_request("e", [1.0])
+    offloaded = ModelHandlerRuntimeModel(as_handler(Halve(), offload=True), BOX_ROUTE)
+    assert offloaded.predict_inline(request) is None
+
+    busy = ModelHandlerRuntimeModel(Halve(), BOX_ROUTE)
+    async with busy._lock:  # an eviction in progress
+        assert busy.predict_inline(request) is None
+    assert busy.predict_inline(request) is not None
+
+    class Custom(ModelHandlerRuntimeModel):
+        async def predict(self, request: Any) -> Any:
+            await trio.lowlevel.checkpoint()
+            return await super().predict(request)
+
+    assert Custom(Halve(), BOX_ROUTE).predict_inline(request) is None
