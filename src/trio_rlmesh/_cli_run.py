@@ -108,13 +108,13 @@ class _Progress(RuntimeHooks):
 
     def line(self) -> str:
         elapsed = max(time.perf_counter() - self.started, 1e-9)
-        mean = self.reward_sum / self.done if self.done else float("nan")
+        mean = f"{self.reward_sum / self.done:8.2f}" if self.done else f"{'-':>8}"
         width = 24
         filled = int(width * self.done / self.target) if self.target else 0
         bar = "#" * filled + "-" * (width - filled)
         return (
             f"[{bar}] {self.done}/{self.target} episodes  {self.steps / elapsed:8.0f} steps/s  "
-            f"mean reward {mean:8.2f}"
+            f"mean reward {mean}"
         )
 
 
