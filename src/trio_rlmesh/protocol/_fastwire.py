@@ -291,6 +291,40 @@ _ENV_TIMINGS: Final = (
 )
 
 
+def _join_response_tail(
+    m: env_v1.JoinResponse | model_v1.JoinResponse,
+    parts: list[bytes],
+    timings: tuple[tuple[bytes, str], ...],
+) -> bytes:
+    """Finish a Join response: request id, the explicit-presence timings, unknown fields."""
+    if m.request_id:
+        parts.append(_text_field(b"\x2a", m.request_id))
+    for tag, name in timings:
+        value = getattr(m, name)
+        if value is not None:
+            parts += (tag, _uvarint(value))
+    if m._unknown_fields:
+        parts.append(m._unknown_fields)
+    return b"".join(parts)
+
+
+def _encoded(fast: Callable[[Any], bytes], message: Any) -> bytes:
+    """``fast(message)``, or betterproto2's bytes when the fast path declines or trips.
+
+    The fallback covers every input, so a gap in the fast path costs speed, never bytes.
+    """
+    try:
+        return fast(message)
+    except Exception:
+        return bytes(message)
+
+
+def _join_with(tag: bytes, body: bytes, request_id: str) -> bytes:
+    """A Join request holding one oneof arm (``tag``, already encoded ``body``) and its id."""
+    out = tag + _uvarint(len(body)) + body
+    return out + _text_field(b"\x2a", request_id) if request_id else out
+
+
 def _enc_env_join_response(m: env_v1.JoinResponse) -> bytes:
     if m.render is not None or m.close is not None:
         raise _Fallback
@@ -303,31 +337,18 @@ def _enc_env_join_response(m: env_v1.JoinResponse) -> bytes:
         parts.append(_len_field(b"\x3a", m.configure._unknown_fields))
     if m.error is not None:
         parts.append(_len_field(b"\x52", _enc_env_error(m.error)))
-    if m.request_id:
-        parts.append(_text_field(b"\x2a", m.request_id))
-    for tag, name in _ENV_TIMINGS:
-        value = getattr(m, name)
-        if value is not None:
-            parts += (tag, _uvarint(value))
-    if m._unknown_fields:
-        parts.append(m._unknown_fields)
-    return b"".join(parts)
+    return _join_response_tail(m, parts, _ENV_TIMINGS)
 
 
 def encode_env_join(message: env_v1.JoinRequest) -> bytes:
     """``bytes(message)`` for an env JoinRequest; step and reset requests take the fast path."""
-    try:
-        return _enc_env_join(message)
-    except Exception:
-        return bytes(message)
+    return _encoded(_enc_env_join, message)
 
 
 def encode_env_join_step(step: env_v1.StepRequest, request_id: str) -> bytes:
     """``bytes(env_v1.JoinRequest(step=step, request_id=request_id))``, without building it."""
     try:
-        body = _enc_step_request(step)
-        out = b"\x12" + _uvarint(len(body)) + body
-        return out + _text_field(b"\x2a", request_id) if request_id else out
+        return _join_with(b"\x12", _enc_step_request(step), request_id)
     except Exception:
         return bytes(env_v1.JoinRequest(step=step, request_id=request_id))
 
@@ -335,19 +356,14 @@ def encode_env_join_step(step: env_v1.StepRequest, request_id: str) -> bytes:
 def encode_env_join_reset(reset: env_v1.ResetRequest, request_id: str) -> bytes:
     """``bytes(env_v1.JoinRequest(reset=reset, request_id=request_id))``, without building it."""
     try:
-        body = _enc_reset_request(reset)
-        out = b"\x0a" + _uvarint(len(body)) + body
-        return out + _text_field(b"\x2a", request_id) if request_id else out
+        return _join_with(b"\x0a", _enc_reset_request(reset), request_id)
     except Exception:
         return bytes(env_v1.JoinRequest(reset=reset, request_id=request_id))
 
 
 def encode_env_join_response(message: env_v1.JoinResponse) -> bytes:
     """``bytes(message)`` for an env JoinResponse; every arm but render and close is fast."""
-    try:
-        return _enc_env_join_response(message)
-    except Exception:
-        return bytes(message)
+    return _encoded(_enc_env_join_response, message)
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -1000,41 +1016,25 @@ def _enc_model_join_response(m: model_v1.JoinResponse) -> bytes:
         parts.append(_len_field(b"\x42", m.reset_adapter._unknown_fields))
     if m.error is not None:
         parts.append(_len_field(b"\x52", _enc_model_error(m.error)))
-    if m.request_id:
-        parts.append(_text_field(b"\x2a", m.request_id))
-    for tag, name in _MODEL_TIMINGS:
-        value = getattr(m, name)
-        if value is not None:
-            parts += (tag, _uvarint(value))
-    if m._unknown_fields:
-        parts.append(m._unknown_fields)
-    return b"".join(parts)
+    return _join_response_tail(m, parts, _MODEL_TIMINGS)
 
 
 def encode_model_join(message: model_v1.JoinRequest) -> bytes:
     """``bytes(message)`` for a model JoinRequest; predict and reset_adapter are fast."""
-    try:
-        return _enc_model_join(message)
-    except Exception:
-        return bytes(message)
+    return _encoded(_enc_model_join, message)
 
 
 def encode_model_join_predict(predict: model_v1.PredictRequest, request_id: str) -> bytes:
     """``bytes(model_v1.JoinRequest(predict=predict, request_id=request_id))``."""
     try:
-        body = _enc_predict_request(predict)
-        out = b"\x12" + _uvarint(len(body)) + body
-        return out + _text_field(b"\x2a", request_id) if request_id else out
+        return _join_with(b"\x12", _enc_predict_request(predict), request_id)
     except Exception:
         return bytes(model_v1.JoinRequest(predict=predict, request_id=request_id))
 
 
 def encode_model_join_response(message: model_v1.JoinResponse) -> bytes:
     """``bytes(message)`` for a model JoinResponse; predict, reset/release and error are fast."""
-    try:
-        return _enc_model_join_response(message)
-    except Exception:
-        return bytes(message)
+    return _encoded(_enc_model_join_response, message)
 
 
 def _dec_adapter_context(data: bytes, pos: int, end: int) -> model_v1.AdapterContext:
