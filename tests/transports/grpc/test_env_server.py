@@ -593,6 +593,23 @@ async def test_strict_policy_rejects_range_deviation() -> None:
             assert response.error.code == Code.INTERNAL
 
 
+async def test_policy_comes_from_the_environment_when_not_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Like RLMesh's servers, RLMESH_VALIDATION_POLICY picks the policy by default.
+    monkeypatch.setenv("RLMESH_VALIDATION_POLICY", " Strict ")
+    with trio.fail_after(20):
+        async with (
+            running_server(DriftingEnv()) as address,
+            raw_client(address) as client,
+            client.join() as join,
+        ):
+            await join.call(reset("r"))
+            response = await join.call(step("s", 1))
+            assert response.error is not None
+            assert response.error.code == Code.INTERNAL
+
+
 # --------------------------------------------------------------------------------- health
 
 

@@ -343,3 +343,116 @@ async def test_health_reports_serving() -> None:
                 status = await portal.run(check, target.host, target.port)
             assert status == ServingStatus.SERVING
             nursery.cancel_scope.cancel()
+
+
+# ------------------------------------------------------------------ stopping with clients
+
+
+class _Sleepy(Model):
+    """Echoes the observation after sleeping ``delay`` seconds in its worker thread."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    def predict(self, observation: Any) -> Any:
+        time.sleep(self.delay)
+        return observation
+
+
+class _Returned:
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.at = 0.0
+
+    def set(self) -> None:
+        self.at = time.monotonic()
+        self.event.set()
+
+
+async def _serve_scoped(
+    nursery: trio.Nursery, model: object, **kwargs: Any
+) -> tuple[str, trio.CancelScope, _Returned]:
+    """serve_model in its own cancel scope, noting when it returned."""
+    scope = trio.CancelScope()
+    returned = _Returned()
+
+    async def run(task_status: trio.TaskStatus[str]) -> None:
+        with scope:
+            await serve_model(model, task_status=task_status, **kwargs)
+        returned.set()
+
+    address: str = await nursery.start(run)
+    return address, scope, returned
+
+
+async def _returned(returned: _Returned) -> float:
+    await returned.event.wait()
+    return returned.at
+
+
+async def test_stop_with_idle_client_is_prompt_on_both_sides() -> None:
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            address, scope, returned = await _serve_scoped(nursery, Slowable(), drain_timeout=2)
+            async with open_model_client(address) as client:
+                await _resolve(client, "e")
+                await client.predict(predict_request("e", [1]))
+                stopped = time.monotonic()
+                scope.cancel()
+                assert await _returned(returned) - stopped < 1.0
+                started = time.monotonic()
+                with pytest.raises(TransportError):
+                    await client.predict(predict_request("e", [2], request_id="e:predict:2"))
+                assert time.monotonic() - started < 1.0
+
+
+async def test_stop_drains_a_predict_in_progress_then_refuses() -> None:
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            address, scope, returned = await _serve_scoped(nursery, Slowable(), drain_timeout=5)
+            async with open_model_client(address) as client:
+                await _resolve(client, "e")
+                answers: list[Any] = []
+
+                async def slow() -> None:
+                    answers.append(await client.predict(predict_request("e", [99])))
+
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(slow)
+                    await trio.sleep(0.1)
+                    stopped = time.monotonic()
+                    scope.cancel()
+                assert len(answers) == 1  # answered inside the drain
+                assert await _returned(returned) - stopped < 0.3 + 1.0
+                started = time.monotonic()
+                with pytest.raises(TransportError):
+                    await client.predict(predict_request("e", [2], request_id="e:predict:2"))
+                assert time.monotonic() - started < 1.0
+
+
+async def test_stop_past_the_drain_ends_a_predict_in_progress() -> None:
+    """The client hears at once; the server waits for the model call it cannot interrupt."""
+    drain = 0.3
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            address, scope, returned = await _serve_scoped(
+                nursery, _Sleepy(2.0), drain_timeout=drain
+            )
+            async with open_model_client(address) as client:
+                await _resolve(client, "e")
+                failed: list[float] = []
+
+                async def slow() -> None:
+                    with pytest.raises(TransportError):
+                        await client.predict(predict_request("e", [1]))
+                    failed.append(time.monotonic())
+
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(slow)
+                    await trio.sleep(0.1)
+                    stopped = time.monotonic()
+                    scope.cancel()
+                assert failed[0] - stopped < drain + 1.0
+                # The forward itself is not abandoned (close must never overlap it), so
+                # serve_model returns once it ends, not before.
+                assert await _returned(returned) - stopped < 2.0 + 1.0

@@ -34,7 +34,6 @@ import trio
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
-from grpclib.server import Server
 
 from ...protocol import (
     CAP_SUBSET_STEP,
@@ -47,6 +46,7 @@ from ...protocol import (
     meta_to_python,
     spaces_v1,
 )
+from ...protocol._fastwire import decode_env_join_request, encode_env_join_response
 from ._common import (
     ENV_HANDSHAKE,
     ENV_JOIN,
@@ -70,9 +70,11 @@ from ._env_adapter import (
     infos_to_meta,
     make_backend,
     merge_lane_infos,
+    validation_policy_from_env,
     vector_final_info,
 )
 from ._health import HealthService
+from ._lifecycle import CLOSE_GRACE, TrackedServer
 from ._portal import open_portal
 
 __all__ = ["serve_env"]
@@ -87,6 +89,10 @@ CLOSE_TIMEOUT: Final = 5.0
 """Seconds the env's own ``close()`` may take when the server stops."""
 
 _DECODE_NS: contextvars.ContextVar[int] = contextvars.ContextVar("decode_ns", default=0)
+_DEADLINE: contextvars.ContextVar[tuple[float, str] | None] = contextvars.ContextVar(
+    "deadline", default=None
+)
+"""(loop time, TIMEOUT message) of the request being handled, when it set ``timeout_ms``."""
 
 
 def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -150,9 +156,14 @@ class _Codec(ProtoCodec):
             )
         started = time.perf_counter_ns()
         try:
-            if hasattr(message_type, "_betterproto"):
-                _check_wire(data, message_type)
-            message = message_type.FromString(data)
+            if message_type is env_v1.JoinRequest:
+                # The fast path checks framing as it parses; what it does not cover goes
+                # to the checked betterproto2 parse below.
+                message = decode_env_join_request(data, self._checked_join_request)
+            else:
+                if hasattr(message_type, "_betterproto"):
+                    _check_wire(data, message_type)
+                message = message_type.FromString(data)
         except Exception as exc:
             raise GRPCError(
                 Status.INTERNAL, f"failed to decode {message_type.__name__}: {exc}"
@@ -160,6 +171,11 @@ class _Codec(ProtoCodec):
         # The handler reads this in the same task, right after recv_message returns.
         _DECODE_NS.set(time.perf_counter_ns() - started)
         return message
+
+    @staticmethod
+    def _checked_join_request(data: bytes) -> env_v1.JoinRequest:
+        _check_wire(data, env_v1.JoinRequest)
+        return env_v1.JoinRequest.FromString(data)
 
 
 def _uvarint(value: int) -> bytes:
@@ -187,10 +203,6 @@ def timing_fields(
     return b"".join(parts)
 
 
-class _Abandoned(Exception):
-    """The request timed out before this late result arrived; drop it."""
-
-
 @attrs.define(eq=False)
 class _Request:
     """One Join request in progress."""
@@ -200,15 +212,10 @@ class _Request:
     decode_ns: int
     user_ns: int = 0
     queue_ns: int = 0
-    abandoned: bool = False
 
     def note(self, submitted_ns: int, results: Sequence[LaneResult]) -> None:
         self.user_ns += max((r.user_ns for r in results), default=0)
         self.queue_ns += max((max(0, r.started_ns - submitted_ns) for r in results), default=0)
-
-    def commit(self) -> None:
-        if self.abandoned:
-            raise _Abandoned
 
 
 def _which(message: betterproto2.Message, group: str) -> tuple[str, Any]:
@@ -231,7 +238,7 @@ class _EnvService:
     in_flight: int = 0
     idle_since: float = attrs.field(factory=time.monotonic)
     ever_reset: set[int] = attrs.field(factory=set)
-    server: Server | None = None
+    server: TrackedServer | None = None
     idle: asyncio.Event = attrs.field(factory=asyncio.Event)
     """Set while no Join request is in progress (created on the loop thread)."""
 
@@ -319,12 +326,19 @@ class _EnvService:
             self.idle.set()
 
     def run_on_lane(self, lane: int, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-        return asyncio.get_running_loop().run_in_executor(self.executors[lane], fn, *args)
+        """Run ``fn(*args)`` on the lane's thread; the returned future resolves on the loop,
+        or fails with TIMEOUT at the deadline of the request being handled, if it has one."""
+        loop = asyncio.get_running_loop()
+        waiter = loop.run_in_executor(self.executors[lane], fn, *args)
+        deadline = _DEADLINE.get()
+        if deadline is None:
+            return waiter
+        return _with_deadline(waiter, *deadline)
 
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self, bind: Address, max_message_size: int) -> str:
-        self.server = Server([self, HealthService()], codec=_Codec(max_message_size))
+        self.server = TrackedServer([self, HealthService()], codec=_Codec(max_message_size))
         if bind.kind == "unix":
             assert bind.path is not None
             with contextlib.suppress(FileNotFoundError):
@@ -332,9 +346,7 @@ class _EnvService:
             await self.server.start(path=bind.path)
             return str(bind)
         await self.server.start(bind.host, bind.port)
-        listener: Any = self.server._server
-        port = listener.sockets[0].getsockname()[1]
-        return Address.tcp(str(bind.host), int(port)).authority
+        return Address.tcp(str(bind.host), self.server.bound_port()).authority
 
     async def watch_idle(self, idle_timeout: float) -> None:
         while True:
@@ -344,13 +356,19 @@ class _EnvService:
                 return
 
     async def stop(self, drain_timeout: float | None) -> None:
+        """Stop accepting, let requests in progress finish (at most ``drain_timeout``),
+        then end every handler and connection, so clients see their streams end at once."""
         self.draining = True
-        if self.in_flight:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.idle.wait(), drain_timeout)
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
+        server = self.server
+        if server is None:
+            return
+        server.stop_accepting()
+        try:
+            if self.in_flight:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.idle.wait(), drain_timeout)
+        finally:
+            await server.close_connections(CLOSE_GRACE)
 
 
 @attrs.define(eq=False)
@@ -381,6 +399,11 @@ class _JoinSession:
                 if self.tasks:
                     await asyncio.wait(list(self.tasks))
                 return
+            if self.service.draining:
+                # Stopping: no new work; what is in progress still gets its answer.
+                if self.tasks:
+                    await asyncio.wait(list(self.tasks))
+                raise GRPCError(Status.UNAVAILABLE, "the env server is shutting down")
             context = _Request(request.request_id, time.perf_counter_ns(), _DECODE_NS.get())
             kind, _ = _which(request, "kind")
             if kind == "close":
@@ -404,15 +427,11 @@ class _JoinSession:
     async def _serve(self, request: env_v1.JoinRequest, context: _Request) -> None:
         self.service.begin()
         try:
-            response = await self._respond(request, context)
-            if response is not None:
-                await self._answer(context, response)
+            await self._answer(context, await self._respond(request, context))
         finally:
             self.service.end()
 
-    async def _respond(
-        self, request: env_v1.JoinRequest, context: _Request
-    ) -> env_v1.JoinResponse | None:
+    async def _respond(self, request: env_v1.JoinRequest, context: _Request) -> env_v1.JoinResponse:
         kind, arm = _which(request, "kind")
         handlers: dict[str, Callable[[Any, _Request], Awaitable[env_v1.JoinResponse]]] = {
             "reset": self._reset,
@@ -432,22 +451,22 @@ class _JoinSession:
         try:
             if not timeout_ms:
                 return await handler(arm, context)
-            work = asyncio.ensure_future(handler(arm, context))
+            # The deadline applies where the handler waits for the env (run_on_lane): the
+            # wait ends with TIMEOUT while the late call keeps its lane thread, and nothing
+            # after the wait (tracker included) runs for it. No extra task per request.
+            when = asyncio.get_running_loop().time() + timeout_ms / 1000
+            token = _DEADLINE.set((when, f"{op} timed out after {timeout_ms}ms"))
             try:
-                return await asyncio.wait_for(asyncio.shield(work), timeout_ms / 1000)
-            except asyncio.TimeoutError:
-                context.abandoned = True
-                work.add_done_callback(_swallow)
-                raise WireError(Code.TIMEOUT, f"{op} timed out after {timeout_ms}ms") from None
+                return await handler(arm, context)
+            finally:
+                _DEADLINE.reset(token)
         except WireError as exc:
             return _error(exc)
-        except _Abandoned:
-            return None
 
     async def _answer(self, context: _Request, response: env_v1.JoinResponse) -> None:
         response.request_id = context.request_id
         encode_started = time.perf_counter_ns()
-        body = bytes(response)
+        body = encode_env_join_response(response)
         done = time.perf_counter_ns()
         tail = timing_fields(
             total_ns=max(0, done - context.started_ns - context.queue_ns),
@@ -476,11 +495,19 @@ class _JoinSession:
     async def _gather(
         self, context: _Request, submitted: int, calls: Sequence[Awaitable[LaneResult]]
     ) -> list[LaneResult]:
-        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+        outcomes: list[Any]
+        if len(calls) == 1:
+            # One lane: await it directly (gather costs a loop turn even when it is done).
+            try:
+                outcomes = [await calls[0]]
+            except Exception as exc:
+                outcomes = [exc]
+        else:
+            outcomes = await asyncio.gather(*calls, return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
-        results: list[LaneResult] = list(outcomes)  # type: ignore[arg-type]
+        results: list[LaneResult] = list(outcomes)
         context.note(submitted, results)
         return results
 
@@ -522,7 +549,6 @@ class _JoinSession:
             info = merge_lane_infos([r.info for r in results])
         leaves, warnings = self.service.gate.encode_observations(batch, len(lanes))
         infos = infos_to_meta(info, warnings)
-        context.commit()
         self.tracker.on_reset(lanes, request.episode_ids, request.seeds)
         return env_v1.JoinResponse(
             reset=env_v1.ResetResponse(observation=spaces_v1.SpaceValue(leaves=leaves), infos=infos)
@@ -589,7 +615,6 @@ class _JoinSession:
             )
             for i, lane in enumerate(lanes)
         ]
-        context.commit()
         completed = self.tracker.on_step(outcomes)
         return env_v1.JoinResponse(
             step=env_v1.StepResponse(
@@ -657,6 +682,33 @@ def _swallow(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
+def _with_deadline(waiter: asyncio.Future[Any], when: float, message: str) -> asyncio.Future[Any]:
+    """``waiter``'s outcome, or WireError TIMEOUT at loop time ``when`` (the late result is
+    then dropped; ``waiter`` itself is never cancelled, it keeps its lane thread)."""
+    loop = waiter.get_loop()
+    outer: asyncio.Future[Any] = loop.create_future()
+
+    def expire() -> None:
+        if not outer.done():
+            outer.set_exception(WireError(Code.TIMEOUT, message))
+
+    timer = loop.call_at(when, expire)
+
+    def settle(inner: asyncio.Future[Any]) -> None:
+        timer.cancel()
+        if outer.done():
+            _swallow(inner)
+        elif inner.cancelled():
+            outer.cancel()
+        elif (error := inner.exception()) is not None:
+            outer.set_exception(error)
+        else:
+            outer.set_result(inner.result())
+
+    waiter.add_done_callback(settle)
+    return outer
+
+
 def _episode_id(ids: Sequence[str], position: int, lane: int, count: int, width: int) -> str:
     # Real runtimes send full-width ids; accept ids aligned with env_indices as well.
     if len(ids) == width:
@@ -706,7 +758,7 @@ async def serve_env(
     allow_remote_shutdown: bool = False,
     idle_timeout: float | None = None,
     drain_timeout: float | None = 5.0,
-    validation: ValidationPolicy = "warn",
+    validation: ValidationPolicy | None = None,
     max_message_size: int = MAX_MESSAGE_SIZE,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -733,6 +785,7 @@ async def serve_env(
         drain_timeout: on stop, wait at most this long for requests in progress.
         validation: conformance policy for actions and observations: ``"warn"`` (range
             deviations reported once in infos), ``"strict"`` (rejected) or ``"off"``.
+            ``None`` reads ``RLMESH_VALIDATION_POLICY`` as RLMesh's servers do (default warn).
         max_message_size: largest request accepted, in bytes.
 
     Example::
@@ -741,6 +794,8 @@ async def serve_env(
             address = await nursery.start(serve_env, gymnasium.make("CartPole-v1"))
     """
     mode = _autoreset_mode(autoreset)
+    if validation is None:
+        validation = validation_policy_from_env()
     if validation not in ("warn", "strict", "off"):
         raise ValueError(f"validation must be 'warn', 'strict' or 'off', got {validation!r}")
     bind = parse_bind_address(address)
@@ -780,7 +835,10 @@ async def serve_env(
                     await stop.wait()
                     nursery.cancel_scope.cancel()
             finally:
-                with trio.CancelScope(shield=True):
+                # service.stop bounds itself; the deadline is a backstop against a wedged loop.
+                with trio.CancelScope(shield=True) as cleanup:
+                    if drain_timeout is not None:
+                        cleanup.deadline = trio.current_time() + drain_timeout + 2 * CLOSE_GRACE
                     await portal.run(service.stop, drain_timeout)
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):

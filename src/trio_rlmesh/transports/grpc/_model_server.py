@@ -33,7 +33,6 @@ import trio
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
-from grpclib.server import Server
 
 from ..._errors import Error, ModelError
 from ...model import as_handler
@@ -55,6 +54,7 @@ from ...protocol import (
     core_v1,
     model_v1,
 )
+from ...protocol._fastwire import decode_model_join_request, encode_model_join_response
 from ._common import (
     MODEL_HANDSHAKE,
     MODEL_JOIN,
@@ -65,6 +65,7 @@ from ._common import (
     parse_bind_address,
 )
 from ._health import HealthService
+from ._lifecycle import CLOSE_GRACE, TrackedServer
 from ._portal import open_portal
 
 __all__ = ["serve_model"]
@@ -362,12 +363,19 @@ class _Codec(ProtoCodec):
     def __init__(self, max_message_size: int) -> None:
         self.max_message_size = max_message_size
 
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        if message_type is model_v1.JoinResponse and type(message) is model_v1.JoinResponse:
+            return encode_model_join_response(message)
+        return super().encode(message, message_type)
+
     def decode(self, data: bytes, message_type: Any) -> Any:
         if len(data) > self.max_message_size:
             raise GRPCError(
                 Status.RESOURCE_EXHAUSTED,
                 f"message of {len(data)} bytes exceeds the limit of {self.max_message_size}",
             )
+        if message_type is model_v1.JoinRequest:
+            return decode_model_join_request(data)
         return super().decode(data, message_type)
 
 
@@ -381,8 +389,22 @@ class _ModelService:
     allow_remote_shutdown: bool
     request_stop: Callable[[str], None]
     max_concurrency: int = DEFAULT_CONCURRENCY
-    server: Server | None = None
+    server: TrackedServer | None = None
     in_flight: int = 0
+    draining: bool = False
+    pending: int = 0
+    """Join requests accepted and not yet answered (waiting their turn included)."""
+    idle: asyncio.Event = attrs.field(factory=asyncio.Event)
+    """Set whenever ``pending`` drops to zero."""
+
+    def begin(self) -> None:
+        self.pending += 1
+        self.idle.clear()
+
+    def end(self, _: object = None) -> None:
+        self.pending -= 1
+        if not self.pending:
+            self.idle.set()
 
     def __mapping__(self) -> dict[str, Handler]:
         return {
@@ -437,7 +459,7 @@ class _ModelService:
         await _JoinSession(self, stream).run()
 
     async def start(self, bind: Address, max_message_size: int) -> str:
-        self.server = Server([self, HealthService()], codec=_Codec(max_message_size))
+        self.server = TrackedServer([self, HealthService()], codec=_Codec(max_message_size))
         if bind.kind == "unix":
             assert bind.path is not None
             with contextlib.suppress(FileNotFoundError):
@@ -445,14 +467,22 @@ class _ModelService:
             await self.server.start(path=bind.path)
             return str(bind)
         await self.server.start(bind.host, bind.port)
-        listener: Any = self.server._server
-        port = listener.sockets[0].getsockname()[1]
-        return Address.tcp(str(bind.host), int(port)).authority
+        return Address.tcp(str(bind.host), self.server.bound_port()).authority
 
-    async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
+    async def stop(self, drain_timeout: float | None) -> None:
+        """Stop accepting, let requests in progress finish (at most ``drain_timeout``),
+        then end every handler and connection, so clients see their streams end at once."""
+        self.draining = True
+        server = self.server
+        if server is None:
+            return
+        server.stop_accepting()
+        try:
+            if self.pending:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.idle.wait(), drain_timeout)
+        finally:
+            await server.close_connections(CLOSE_GRACE)
 
 
 def _env_keys(kind: str, message: Any) -> list[str]:
@@ -489,6 +519,11 @@ class _JoinSession:
                 request: model_v1.JoinRequest | None = await self.stream.recv_message()
                 if request is None:
                     break
+                if self.service.draining:
+                    # Stopping: no new work; what is in progress still gets its answer.
+                    if self.tasks:
+                        await asyncio.wait(list(self.tasks))
+                    raise GRPCError(Status.UNAVAILABLE, "the model server is shutting down")
                 received = time.perf_counter_ns()
                 kind, message = betterproto2.which_one_of(request, "kind")
                 if kind == "close":
@@ -508,6 +543,8 @@ class _JoinSession:
                     self._serve(request, kind, message, waits, mine, keys, received)
                 )
                 self.tasks.add(task)
+                self.service.begin()
+                task.add_done_callback(self.service.end)
                 task.add_done_callback(self.tasks.discard)
             if self.tasks:
                 await asyncio.wait(list(self.tasks))
@@ -599,6 +636,13 @@ class _JoinSession:
         )
 
 
+async def _host_jobs(task_status: trio.TaskStatus[trio.Nursery]) -> None:
+    with trio.CancelScope(shield=True):
+        async with trio.open_nursery() as jobs:
+            task_status.started(jobs)
+            await trio.sleep_forever()
+
+
 def _error_response(exc: BaseException) -> model_v1.JoinResponse:
     return model_v1.JoinResponse(error=model_error_to_wire(_as_error(exc)))
 
@@ -612,6 +656,7 @@ async def serve_model(
     allow_remote_shutdown: bool = False,
     max_concurrency: int = DEFAULT_CONCURRENCY,
     max_message_size: int = MAX_MESSAGE_SIZE,
+    drain_timeout: float | None = 5.0,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve a model over rlmesh-wire-v1 until cancelled (or shut down remotely).
@@ -630,6 +675,8 @@ async def serve_model(
         allow_remote_shutdown: accept the Shutdown RPC.
         max_concurrency: requests in flight per Join stream.
         max_message_size: largest request accepted, in bytes.
+        drain_timeout: on stop, wait at most this long for requests in progress; then
+            every connection is closed.
 
     Example::
 
@@ -649,7 +696,10 @@ async def serve_model(
             trio_token.run_sync_soon(stop.set)
 
     try:
-        async with open_portal() as portal, trio.open_nursery() as jobs:
+        async with open_portal() as portal, trio.open_nursery() as host:
+            # Requests run in a shielded nursery of their own, so that cancelling
+            # serve_model lets them drain; it is cancelled once the server has stopped.
+            jobs: trio.Nursery = await host.start(_host_jobs)
             service = _ModelService(
                 core=core,
                 bridge=_TrioBridge(trio_token, jobs),
@@ -663,9 +713,14 @@ async def serve_model(
                 task_status.started(bound)
                 await stop.wait()
             finally:
-                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
-                    await portal.run(service.stop)
-                jobs.cancel_scope.cancel()
+                # service.stop bounds itself; the deadline is a backstop.
+                try:
+                    with trio.CancelScope(shield=True) as cleanup:
+                        if drain_timeout is not None:
+                            cleanup.deadline = trio.current_time() + drain_timeout + 2 * CLOSE_GRACE
+                        await portal.run(service.stop, drain_timeout)
+                finally:
+                    jobs.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
             await handler.close()
