@@ -456,3 +456,23 @@ async def test_stop_past_the_drain_ends_a_predict_in_progress() -> None:
                 # The forward itself is not abandoned (close must never overlap it), so
                 # serve_model returns once it ends, not before.
                 assert await _returned(returned) - stopped < 2.0 + 1.0
+
+
+async def test_remote_shutdown_is_refused_unless_allowed() -> None:
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            address = await _serve(nursery, Slowable())
+            async with open_model_client(address) as client:
+                refused = await client.shutdown("test")
+            assert refused == core_v1.ShutdownResponse(
+                message="remote shutdown is disabled for this model endpoint"
+            )
+            nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as nursery:
+            address = await _serve(nursery, Slowable(), allow_remote_shutdown=True)
+            async with open_model_client(address) as client:
+                accepted = await client.shutdown("bye")
+            assert accepted == core_v1.ShutdownResponse(
+                accepted=True, message="shutdown accepted: bye"
+            )
+        # serve_model returned by itself: the nursery closed without a cancel.

@@ -351,6 +351,47 @@ async def check_token(stream: Any, token: str | None, *, what: str = "env") -> N
         raise GRPCError(Status.UNAUTHENTICATED, f"invalid {what} token")
 
 
+async def receive_base(stream: Any, token: str | None, *, what: str, call: str) -> Any:
+    """Authenticate a unary Handshake/Shutdown call and return its request's ``base``.
+
+    Raises:
+        grpclib.exceptions.GRPCError: UNAUTHENTICATED, or INVALID_ARGUMENT when the request
+            has no ``base`` (the reference's wording).
+    """
+    await check_token(stream, token, what=what)
+    request = await stream.recv_message()
+    if request.base is None:
+        raise GRPCError(Status.INVALID_ARGUMENT, f"{call} request missing base")
+    return request.base
+
+
+async def answer_shutdown(
+    stream: Any,
+    token: str | None,
+    *,
+    what: str,
+    response_type: Any,
+    allowed: bool,
+    disabled_message: str,
+) -> str | None:
+    """Serve one Shutdown call the reference's way.
+
+    Returns the client's reason (possibly empty) when the shutdown was accepted, so the
+    caller stops the server, or ``None`` when remote shutdown is disabled.
+    """
+    base = await receive_base(stream, token, what=what, call="shutdown")
+    if not allowed:
+        reply = core_v1.ShutdownResponse(message=disabled_message)
+        await stream.send_message(response_type(base=reply))
+        return None
+    reason: str = base.reason
+    message = f"shutdown accepted: {reason}" if reason else "shutdown accepted"
+    await stream.send_message(
+        response_type(base=core_v1.ShutdownResponse(accepted=True, message=message))
+    )
+    return reason
+
+
 # --------------------------------------------------------------------------- errors
 
 _RETRYABLE: Final = frozenset({Status.UNAVAILABLE, Status.RESOURCE_EXHAUSTED, Status.ABORTED})

@@ -52,9 +52,11 @@ from ._common import (
     ENV_JOIN,
     ENV_SHUTDOWN,
     Address,
+    answer_shutdown,
     check_token,
     handshake_response,
     parse_bind_address,
+    receive_base,
 )
 from ._env_adapter import (
     EnvBackend,
@@ -268,34 +270,24 @@ class _EnvService:
     # ---------------------------------------------------------------- unary calls
 
     async def handshake(self, stream: Any) -> None:
-        await check_token(stream, self.token)
-        request: env_v1.HandshakeRequest = await stream.recv_message()
-        if request.base is None:
-            raise GRPCError(Status.INVALID_ARGUMENT, "handshake request missing base")
-        base = handshake_response(COMPONENT_ENV, request.base, capabilities=self.capabilities)
+        request = await receive_base(stream, self.token, what="env", call="handshake")
+        base = handshake_response(COMPONENT_ENV, request, capabilities=self.capabilities)
         response = env_v1.HandshakeResponse(base=base)
         if base.compatible:
             response.env_contract = self.contract
         await stream.send_message(response)
 
     async def shutdown(self, stream: Any) -> None:
-        await check_token(stream, self.token)
-        request: env_v1.ShutdownRequest = await stream.recv_message()
-        if request.base is None:
-            raise GRPCError(Status.INVALID_ARGUMENT, "shutdown request missing base")
-        if not self.allow_remote_shutdown:
-            await stream.send_message(
-                env_v1.ShutdownResponse(
-                    base=core_v1.ShutdownResponse(message=SHUTDOWN_DISABLED_MESSAGE)
-                )
-            )
-            return
-        reason = request.base.reason
-        message = f"shutdown accepted: {reason}" if reason else "shutdown accepted"
-        await stream.send_message(
-            env_v1.ShutdownResponse(base=core_v1.ShutdownResponse(accepted=True, message=message))
+        reason = await answer_shutdown(
+            stream,
+            self.token,
+            what="env",
+            response_type=env_v1.ShutdownResponse,
+            allowed=self.allow_remote_shutdown,
+            disabled_message=SHUTDOWN_DISABLED_MESSAGE,
         )
-        self.request_stop(f"remote shutdown: {reason}" if reason else "remote shutdown")
+        if reason is not None:
+            self.request_stop(f"remote shutdown: {reason}" if reason else "remote shutdown")
 
     # ---------------------------------------------------------------- Join
 

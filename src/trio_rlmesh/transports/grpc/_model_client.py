@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import betterproto2
 import trio
@@ -42,6 +42,7 @@ from ...runtime._interfaces import EndpointTimings, ModelPrediction
 from ._common import (
     MODEL_HANDSHAKE,
     MODEL_JOIN,
+    MODEL_SHUTDOWN,
     auth_metadata,
     handshake_request,
     map_grpc_error,
@@ -50,6 +51,8 @@ from ._common import (
 from ._portal import Portal, open_portal
 
 __all__ = ["ModelClient", "ModelClientRuntimeModel", "open_model_client"]
+
+_R = TypeVar("_R")
 
 
 class _JoinCodec(ProtoCodec):
@@ -89,19 +92,18 @@ class _ModelJoin:
                 self._channel = Channel(self._host, self._port, codec=_JoinCodec())
         return self._channel
 
-    async def handshake(self, request: model_v1.HandshakeRequest) -> model_v1.HandshakeResponse:
+    async def unary(self, path: str, request: Any, response_type: type[_R]) -> _R:
         async with self._get_channel().request(
-            MODEL_HANDSHAKE,
-            Cardinality.UNARY_UNARY,
-            model_v1.HandshakeRequest,
-            model_v1.HandshakeResponse,
-            metadata=self._metadata,
+            path, Cardinality.UNARY_UNARY, type(request), response_type, metadata=self._metadata
         ) as stream:
             await stream.send_message(request, end=True)
-            response = await stream.recv_message()
+            response: _R | None = await stream.recv_message()
         if response is None:
-            raise GRPCError(Status.UNKNOWN, "the model server sent no handshake reply")
+            raise GRPCError(Status.UNKNOWN, f"the model server sent no reply to {path}")
         return response
+
+    async def handshake(self, request: model_v1.HandshakeRequest) -> model_v1.HandshakeResponse:
+        return await self.unary(MODEL_HANDSHAKE, request, model_v1.HandshakeResponse)
 
     async def open(self) -> None:
         self._send_lock = asyncio.Lock()
@@ -305,6 +307,17 @@ class ModelClient:
         """Send CloseParticipant (the server releases every adapter) and drop the stream."""
         with trio.CancelScope(shield=True):
             await self._portal.run(self._join.close, reason)
+
+    async def shutdown(self, reason: str = "") -> core_v1.ShutdownResponse:
+        """Ask the server process to stop (refused unless it allows remote shutdown)."""
+        request = model_v1.ShutdownRequest(base=core_v1.ShutdownRequest(reason=reason))
+        try:
+            response = await self._portal.run(
+                self._join.unary, MODEL_SHUTDOWN, request, model_v1.ShutdownResponse
+            )
+        except Exception as exc:
+            raise map_grpc_error(exc, operation="model.shutdown", address=self.address) from exc
+        return response.base or core_v1.ShutdownResponse()
 
 
 def _rid(context: model_v1.AdapterContext | None) -> str:

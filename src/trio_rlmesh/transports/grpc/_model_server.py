@@ -51,7 +51,6 @@ from ...protocol import (
     COMPONENT_MODEL,
     MAX_MESSAGE_SIZE,
     SUPPORTED_WORKFLOW_EDITIONS,
-    core_v1,
     model_v1,
 )
 from ...protocol._fastwire import decode_model_join_request, encode_model_join_response
@@ -60,9 +59,11 @@ from ._common import (
     MODEL_JOIN,
     MODEL_SHUTDOWN,
     Address,
+    answer_shutdown,
     check_token,
     handshake_response,
     parse_bind_address,
+    receive_base,
 )
 from ._health import HealthService
 from ._lifecycle import CLOSE_GRACE, TrackedServer
@@ -426,31 +427,21 @@ class _ModelService:
         }
 
     async def handshake(self, stream: Any) -> None:
-        await check_token(stream, self.token, what="route")
-        request: model_v1.HandshakeRequest = await stream.recv_message()
-        if request.base is None:
-            raise GRPCError(Status.INVALID_ARGUMENT, "handshake request missing base")
-        base = handshake_response(COMPONENT_MODEL, request.base, capabilities=CAPABILITIES)
+        request = await receive_base(stream, self.token, what="route", call="handshake")
+        base = handshake_response(COMPONENT_MODEL, request, capabilities=CAPABILITIES)
         await stream.send_message(model_v1.HandshakeResponse(base=base))
 
     async def shutdown(self, stream: Any) -> None:
-        await check_token(stream, self.token, what="route")
-        request: model_v1.ShutdownRequest = await stream.recv_message()
-        if request.base is None:
-            raise GRPCError(Status.INVALID_ARGUMENT, "shutdown request missing base")
-        if not self.allow_remote_shutdown:
-            await stream.send_message(
-                model_v1.ShutdownResponse(
-                    base=core_v1.ShutdownResponse(message=SHUTDOWN_DISABLED_MESSAGE)
-                )
-            )
-            return
-        reason = request.base.reason
-        message = f"shutdown accepted: {reason}" if reason else "shutdown accepted"
-        await stream.send_message(
-            model_v1.ShutdownResponse(base=core_v1.ShutdownResponse(accepted=True, message=message))
+        reason = await answer_shutdown(
+            stream,
+            self.token,
+            what="route",
+            response_type=model_v1.ShutdownResponse,
+            allowed=self.allow_remote_shutdown,
+            disabled_message=SHUTDOWN_DISABLED_MESSAGE,
         )
-        self.request_stop(message)
+        if reason is not None:
+            self.request_stop(f"shutdown accepted: {reason}" if reason else "shutdown accepted")
 
     async def join(self, stream: Any) -> None:
         await check_token(stream, self.token, what="route")
