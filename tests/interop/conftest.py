@@ -24,22 +24,26 @@ STARTUP_TIMEOUT = 60.0
 
 
 @contextlib.asynccontextmanager
-async def rlmesh_env_server(kind: str) -> AsyncIterator[str]:
-    """Serve env ``kind`` (see ``envs.build``) with rlmesh in a subprocess; yield the address."""
-    pytest.importorskip("rlmesh")
+async def script_server(
+    script: Path, kind: str, env: dict[str, str] | None = None
+) -> AsyncIterator[str]:
+    """Run ``script KIND READY_FILE`` in a subprocess; yield the address it writes there.
+
+    Both the rlmesh server script and ours follow that protocol. The process is
+    terminated (then killed after 10 s) when the block exits.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         ready = Path(tmp) / "address"
-        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
         process = await trio.lowlevel.open_process(
-            [sys.executable, str(SERVE_ENV), kind, str(ready)],
+            [sys.executable, str(script), kind, str(ready)],
             stdout=subprocess.DEVNULL,
-            env=env,
+            env={**os.environ, **(env or {})},
         )
         try:
             with trio.fail_after(STARTUP_TIMEOUT):
                 while not ready.exists():
                     if process.poll() is not None:
-                        raise RuntimeError(f"rlmesh server for {kind!r} exited early")
+                        raise RuntimeError(f"{script.name} for {kind!r} exited early")
                     await trio.sleep(0.05)
             yield ready.read_text().strip()
         finally:
@@ -50,6 +54,14 @@ async def rlmesh_env_server(kind: str) -> AsyncIterator[str]:
                 process.kill()
                 with trio.CancelScope(shield=True):
                     await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def rlmesh_env_server(kind: str) -> AsyncIterator[str]:
+    """Serve env ``kind`` (see ``envs.build``) with rlmesh in a subprocess; yield the address."""
+    pytest.importorskip("rlmesh")
+    async with script_server(SERVE_ENV, kind, {"PYTHONWARNINGS": "ignore"}) as address:
+        yield address
 
 
 @pytest.fixture

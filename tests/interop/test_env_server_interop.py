@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -24,7 +21,7 @@ import trio
 
 from tests.transports.grpc.env_server_support import raw_client
 
-from .conftest import STARTUP_TIMEOUT, rlmesh_env_server
+from .conftest import rlmesh_env_server, script_server
 
 pytestmark = [pytest.mark.interop, pytest.mark.network]
 
@@ -38,30 +35,10 @@ SRC = HERE.parents[1] / "src"
 @contextlib.asynccontextmanager
 async def our_env_server(kind: str) -> AsyncIterator[str]:
     """Serve env ``kind`` (see ``envs.build``) with ``serve_env`` in a subprocess."""
-    with tempfile.TemporaryDirectory() as tmp:
-        ready = Path(tmp) / "address"
-        paths = [str(SRC), os.environ.get("PYTHONPATH", "")]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-        process = await trio.lowlevel.open_process(
-            [sys.executable, str(SERVE_OURS), kind, str(ready)],
-            stdout=subprocess.DEVNULL,
-            env=env,
-        )
-        try:
-            with trio.fail_after(STARTUP_TIMEOUT):
-                while not ready.exists():
-                    if process.poll() is not None:
-                        raise RuntimeError(f"serve_ours.py for {kind!r} exited early")
-                    await trio.sleep(0.05)
-            yield ready.read_text().strip()
-        finally:
-            process.terminate()
-            with trio.CancelScope(shield=True), trio.move_on_after(10) as scope:
-                await process.wait()
-            if scope.cancelled_caught:
-                process.kill()
-                with trio.CancelScope(shield=True):
-                    await process.wait()
+    paths = [str(SRC), os.environ.get("PYTHONPATH", "")]
+    pythonpath = os.pathsep.join(p for p in paths if p)
+    async with script_server(SERVE_OURS, kind, {"PYTHONPATH": pythonpath}) as address:
+        yield address
 
 
 SERVERS: dict[str, Callable[[str], contextlib.AbstractAsyncContextManager[str]]] = {
