@@ -16,7 +16,8 @@ import bench_policies
 import trio
 from bench_measure import Comparison, Sample, interleave, nearest_rank, round_latency
 
-from trio_rlmesh import RunLocalOptions, run_local, run_session
+from trio_rlmesh import RunLocalOptions, run_local
+from trio_rlmesh._facade import _run_session
 from trio_rlmesh.transports.inprocess import GymEnvRuntimeEnv, ModelHandlerRuntimeModel
 
 TELEMETRY = "telemetry runner.round"
@@ -129,7 +130,7 @@ async def drive_inprocess(episodes: int, seeds: Sequence[int]) -> tuple[Any, flo
         "inprocess://local", episode_seeds=tuple(seeds), max_episodes=episodes
     )
     started = time.perf_counter()
-    report = await run_session(env, model, contract=env.contract, options=options)
+    report = await _run_session(env, model, contract=env.contract, options=options)
     wall = time.perf_counter() - started
     return report, wall
 

@@ -18,7 +18,6 @@ from ._facade import RunLocalOptions as RunLocalOptions
 from ._facade import run as run
 from ._facade import run_local as run_local
 from ._facade import run_remote as run_remote
-from ._facade import run_session as run_session
 
 __version__ = "0.1.0.dev0"
 
@@ -36,5 +35,4 @@ __all__ = [
     "run",
     "run_local",
     "run_remote",
-    "run_session",
 ]

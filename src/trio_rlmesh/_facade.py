@@ -1,4 +1,4 @@
-"""The user-facing entry points: :func:`run_local`, :func:`run_session` and the sync :func:`run`.
+"""The user-facing entry points: :func:`run_local`, :func:`run_remote` and the sync :func:`run`.
 
 They mirror the reference's ``run_local``: connect and handshake with the env,
 refuse contracts the runtime cannot drive, resolve the model route before driving
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .runtime import RuntimeHooks, RuntimeLimits, RuntimeReport
     from .transports.grpc import EnvClient
 
-__all__ = ["RunLocalOptions", "run", "run_local", "run_remote", "run_session"]
+__all__ = ["RunLocalOptions", "run", "run_local", "run_remote"]
 
 HOST_INTERRUPT_REASON = "interrupted by the host (signal)"
 
@@ -82,7 +82,7 @@ class RunLocalOptions:
     the same ``base_seed`` and ``session_id`` always derive the same reset seeds."""
 
 
-async def run_session(
+async def _run_session(
     env: Any,
     model: Any,
     *,
@@ -97,6 +97,9 @@ async def run_session(
     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
 ) -> RuntimeReport:
     """Drive an already connected ``RuntimeEnv``/``RuntimeModel`` pair to completion.
+
+    Private: it takes the protocol ``EnvContract``, and protocol types stay out of the
+    public signatures. Users reach it through :func:`run_local` and :func:`run_remote`.
 
     ``task_status.started`` receives the :class:`~trio_rlmesh.runtime.RuntimeDriver`
     (so a caller can ``cancel`` it) right before driving starts.
@@ -176,7 +179,7 @@ async def _drive_client(
 ) -> RuntimeReport:
     from .transports.grpc import EnvClientRuntimeEnv
 
-    return await run_session(
+    return await _run_session(
         EnvClientRuntimeEnv(client),
         model,
         contract=client.contract,
