@@ -19,7 +19,7 @@ import pytest
 
 from trio_rlmesh.protocol import env_v1, model_v1, spaces_v1
 
-CAPTURES = Path(__file__).resolve().parents[3] / "shared" / "specs" / "captures"
+CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
 
 MESSAGE_TYPES: dict[str, type[betterproto2.Message]] = {
     "env_HandshakeRequest": env_v1.HandshakeRequest,

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from trio_rlmesh.protocol import _fastwire as fw
 from trio_rlmesh.protocol import env_v1, model_v1, spaces_v1
 
-CAPTURES = Path(__file__).resolve().parents[3] / "shared" / "specs" / "captures"
+CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
 
 T = TypeVar("T")
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -33,7 +33,7 @@ from trio_rlmesh.spaces import (
     from_gymnasium,
 )
 
-CAPTURES = Path(__file__).resolve().parents[3] / "shared" / "specs" / "captures"
+CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
 
 INF = np.inf
 
