@@ -18,8 +18,7 @@ from ._facade import RunLocalOptions as RunLocalOptions
 from ._facade import run as run
 from ._facade import run_local as run_local
 from ._facade import run_remote as run_remote
-
-__version__ = "0.1.0.dev0"
+from ._version import __version__ as __version__
 
 __all__ = [
     "EnvError",

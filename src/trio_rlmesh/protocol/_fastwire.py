@@ -48,6 +48,7 @@ __all__ = [
     "encode_env_join_reset",
     "encode_env_join_response",
     "encode_env_join_step",
+    "encode_env_timing_tail",
     "encode_model_join",
     "encode_model_join_predict",
     "encode_model_join_response",
@@ -359,6 +360,21 @@ def encode_env_join_reset(reset: env_v1.ResetRequest, request_id: str) -> bytes:
         return _join_with(b"\x0a", _enc_reset_request(reset), request_id)
     except Exception:
         return bytes(env_v1.JoinRequest(reset=reset, request_id=request_id))
+
+
+def encode_env_timing_tail(
+    *, total_ns: int, decode_ns: int, user_ns: int, encode_ns: int, queue_ns: int
+) -> bytes:
+    """The env JoinResponse timing fields 6, 11, 12, 13 and 15, ready to append.
+
+    They go on every response and are only known once the body is encoded (``encode_ns``),
+    so a server appends them to the serialized body: protobuf reads the concatenation as
+    one message with the fields set. Explicit presence: zeros are written.
+    """
+    fields = ((b"\x30", total_ns), (b"\x58", decode_ns), (b"\x60", user_ns), (b"\x68", encode_ns))
+    parts = [tag + _uvarint(min(max(value, 0), _U64)) for tag, value in fields]
+    parts.append(b"\x78" + _uvarint(min(max(queue_ns, 0), _U64)))
+    return b"".join(parts)
 
 
 def encode_env_join_response(message: env_v1.JoinResponse) -> bytes:

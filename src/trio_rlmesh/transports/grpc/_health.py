@@ -1,9 +1,7 @@
 """The standard ``grpc.health.v1.Health`` service, with a tiny hand-written message codec.
 
-grpclib bundles a health service, but it is built on google-protobuf messages, which this
-package does not depend on. The two messages have one field each, so they are encoded here by
-hand and served through grpclib's default codec (which only needs ``SerializeToString`` and
-``FromString``).
+The two messages have one field each, so they are encoded here by hand (this package does not
+depend on google-protobuf). Health calls need no token, as on the reference servers.
 
 Like the reference servers, only the overall service name ``""`` is registered; it reports
 SERVING from the moment the listener is bound and is never downgraded. Any other name gets
@@ -12,16 +10,24 @@ NOT_FOUND from Check and SERVICE_UNKNOWN from Watch.
 
 from __future__ import annotations
 
-import asyncio
 import enum
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Final
 
-from grpclib.const import Cardinality, Handler, Status
-from grpclib.exceptions import GRPCError
+import trio
 
-from ._common import HEALTH_CHECK, HEALTH_WATCH
+from ._backend import Handler, ServerCall
+from ._handshake import HEALTH_CHECK, HEALTH_WATCH
+from ._status import GrpcError, Status
 
-__all__ = ["HealthCheckRequest", "HealthCheckResponse", "HealthService", "ServingStatus"]
+__all__ = [
+    "HEALTH_HANDLERS",
+    "HealthCheckRequest",
+    "HealthCheckResponse",
+    "ServingStatus",
+    "check",
+    "watch",
+]
 
 
 class ServingStatus(enum.IntEnum):
@@ -127,33 +133,30 @@ class HealthCheckResponse:
             return cls(ServingStatus.UNKNOWN)
 
 
-class HealthService:
-    """Health service for one server: ``""`` is SERVING for the server's whole life."""
+def _request(data: bytes | None) -> HealthCheckRequest:
+    if data is None:
+        raise GrpcError(Status.INTERNAL, "the health check carried no request")
+    try:
+        return HealthCheckRequest.FromString(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GrpcError(Status.INTERNAL, f"failed to decode HealthCheckRequest: {exc}") from None
 
-    def _status(self, service: str) -> ServingStatus | None:
-        return ServingStatus.SERVING if service == "" else None
 
-    async def check(self, stream: Any) -> None:
-        request: HealthCheckRequest = await stream.recv_message()
-        status = self._status(request.service)
-        if status is None:
-            raise GRPCError(Status.NOT_FOUND, f"unknown service {request.service!r}")
-        await stream.send_message(HealthCheckResponse(status))
+async def check(call: ServerCall) -> None:
+    """``Health/Check``: SERVING for ``""``, NOT_FOUND for any other service name."""
+    request = _request(await call.receive_message())
+    if request.service != "":
+        raise GrpcError(Status.NOT_FOUND, f"unknown service {request.service!r}")
+    await call.send_message(HealthCheckResponse(ServingStatus.SERVING).SerializeToString())
 
-    async def watch(self, stream: Any) -> None:
-        request: HealthCheckRequest = await stream.recv_message()
-        status = self._status(request.service)
-        await stream.send_message(HealthCheckResponse(status or ServingStatus.SERVICE_UNKNOWN))
-        # The status never changes; hold the stream open until the client or the server
-        # goes away (server close cancels this handler).
-        await asyncio.Event().wait()
 
-    def __mapping__(self) -> dict[str, Handler]:
-        return {
-            HEALTH_CHECK: Handler(
-                self.check, Cardinality.UNARY_UNARY, HealthCheckRequest, HealthCheckResponse
-            ),
-            HEALTH_WATCH: Handler(
-                self.watch, Cardinality.UNARY_STREAM, HealthCheckRequest, HealthCheckResponse
-            ),
-        }
+async def watch(call: ServerCall) -> None:
+    """``Health/Watch``: one status, then the stream stays open until the server stops."""
+    request = _request(await call.receive_message())
+    status = ServingStatus.SERVING if request.service == "" else ServingStatus.SERVICE_UNKNOWN
+    await call.send_message(HealthCheckResponse(status).SerializeToString())
+    await trio.sleep_forever()
+
+
+HEALTH_HANDLERS: Final[Mapping[str, Handler]] = {HEALTH_CHECK: check, HEALTH_WATCH: watch}
+"""The health service's handlers, by method path; every server of this package has them."""

@@ -1,33 +1,24 @@
 """A trio client for a remote model endpoint (``rlmesh.model.v1.ModelService``).
 
 On the wire it behaves like the 0.1.0 model client: Handshake (component
-``rlmesh-model``), then one Join stream opened right away. Requests are pipelined: the
-envelope ``request_id`` is the context's request id (or ``model-grpc-req-<n>`` when it
-has none, and always for a grouped predict) and replies are matched by it, so any number
-of requests may be in flight.
-
-All grpclib work runs on the portal's asyncio loop in :class:`_ModelJoin`: a reader task
-owns the stream and completes waiters by request id; a request is one coroutine (send,
-then wait), so each round trip crosses the portal once. Sends are shielded so a cancelled
-caller never leaves half a message on the stream.
+``rlmesh-model``), then one Join stream opened right away. Requests are pipelined over
+:class:`~._join.JoinMux`: the envelope ``request_id`` is the context's request id (or
+``model-grpc-req-<n>`` when it has none, and always for a grouped predict) and replies are
+matched by it, so any number of requests may be in flight.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final
 
 import betterproto2
 import trio
-from grpclib.client import Channel, Stream
-from grpclib.const import Cardinality, Status
-from grpclib.encoding.proto import ProtoCodec
-from grpclib.exceptions import GRPCError
 
-from ..._errors import Error, ModelError, ProtocolError, SpecError, TransportError
+from ..._errors import Error, ModelError, ProtocolError, SpecError
+from ..._nursery import background_nursery
 from ...model._handler import RouteNeeds
 from ...model._wire import wire_error_to_model
 from ...protocol import (
@@ -37,178 +28,41 @@ from ...protocol import (
     highest_shared_edition,
     model_v1,
 )
-from ...protocol._fastwire import decode_model_join_response, encode_model_join
 from ...runtime._interfaces import EndpointTimings, ModelPrediction
-from ._common import (
+from ._backend import BackendName, Channel, get_backend
+from ._codec import decode, encode
+from ._errors import map_transport_error
+from ._handshake import (
     MODEL_HANDSHAKE,
     MODEL_JOIN,
     MODEL_SHUTDOWN,
     auth_metadata,
     handshake_request,
-    map_grpc_error,
-    parse_address,
 )
-from ._portal import Portal, open_portal
+from ._join import JoinMux
+from ._settings import DEFAULT_SETTINGS, GrpcSettings
 
 __all__ = ["ModelClient", "ModelClientRuntimeModel", "open_model_client"]
 
-_R = TypeVar("_R")
-
-
-class _JoinCodec(ProtoCodec):
-    """grpclib's proto codec, with the hand-written path for Join requests and replies."""
-
-    def encode(self, message: Any, message_type: Any) -> bytes:
-        if message_type is model_v1.JoinRequest and type(message) is model_v1.JoinRequest:
-            return encode_model_join(message)
-        return super().encode(message, message_type)
-
-    def decode(self, data: bytes, message_type: Any) -> Any:
-        if message_type is model_v1.JoinResponse:
-            return decode_model_join_response(data)
-        return super().decode(data, message_type)
-
-
-class _ModelJoin:
-    """The asyncio half of a model client; every method runs on the portal's loop."""
-
-    def __init__(self, host: str | None, port: int | None, path: str | None, token: str | None):
-        self._host, self._port, self._path = host, port, path
-        self._metadata = auth_metadata(token)
-        self._channel: Channel | None = None
-        self._stream: Stream[model_v1.JoinRequest, model_v1.JoinResponse] | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self._send_lock: asyncio.Lock | None = None
-        self._pending: dict[str, asyncio.Future[model_v1.JoinResponse]] = {}
-        self._ids = itertools.count(1)
-        self._failure: BaseException | None = None
-        self._closing = False
-
-    def _get_channel(self) -> Channel:
-        if self._channel is None:
-            if self._path is not None:
-                self._channel = Channel(path=self._path, codec=_JoinCodec())
-            else:
-                self._channel = Channel(self._host, self._port, codec=_JoinCodec())
-        return self._channel
-
-    async def unary(self, path: str, request: Any, response_type: type[_R]) -> _R:
-        async with self._get_channel().request(
-            path, Cardinality.UNARY_UNARY, type(request), response_type, metadata=self._metadata
-        ) as stream:
-            await stream.send_message(request, end=True)
-            response: _R | None = await stream.recv_message()
-        if response is None:
-            raise GRPCError(Status.UNKNOWN, f"the model server sent no reply to {path}")
-        return response
-
-    async def handshake(self, request: model_v1.HandshakeRequest) -> model_v1.HandshakeResponse:
-        return await self.unary(MODEL_HANDSHAKE, request, model_v1.HandshakeResponse)
-
-    async def open(self) -> None:
-        self._send_lock = asyncio.Lock()
-        opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._reader = asyncio.create_task(self._read(opened))
-        await asyncio.shield(opened)
-
-    async def _read(self, opened: asyncio.Future[None]) -> None:
-        failure: BaseException | None = None
-        try:
-            async with self._get_channel().request(
-                MODEL_JOIN,
-                Cardinality.STREAM_STREAM,
-                model_v1.JoinRequest,
-                model_v1.JoinResponse,
-                metadata=self._metadata,
-            ) as stream:
-                await stream.send_request()
-                await stream.recv_initial_metadata()
-                self._stream = stream
-                opened.set_result(None)
-                while True:
-                    response = await stream.recv_message()
-                    if response is None:
-                        break
-                    waiter = self._pending.pop(response.request_id, None)
-                    if waiter is not None and not waiter.done():
-                        waiter.set_result(response)
-                if not self._closing:
-                    failure = GRPCError(Status.UNAVAILABLE, "model join stream ended")
-        except asyncio.CancelledError:
-            failure = ConnectionAbortedError("the model client closed the Join stream")
-            raise
-        except Exception as exc:
-            failure = exc
-        finally:
-            self._stream = None
-            if not opened.done():
-                opened.set_exception(failure or ConnectionAbortedError("Join never opened"))
-            if failure is not None:
-                self._fail(failure)
-
-    def _fail(self, failure: BaseException) -> None:
-        if self._failure is None:
-            self._failure = failure
-        pending, self._pending = self._pending, {}
-        for waiter in pending.values():
-            if not waiter.done():
-                waiter.set_exception(failure)
-                waiter.exception()
-
-    async def _send(self, request: model_v1.JoinRequest, end: bool) -> None:
-        assert self._send_lock is not None
-        async with self._send_lock:
-            if self._stream is None:
-                raise ConnectionAbortedError("the model Join stream is closed")
-            await self._stream.send_message(request, end=end)
-
-    async def roundtrip(
-        self, request: model_v1.JoinRequest, *, end: bool = False
-    ) -> model_v1.JoinResponse:
-        if self._failure is not None:
-            raise self._failure
-        if not request.request_id:
-            request.request_id = f"model-grpc-req-{next(self._ids)}"
-        if request.request_id in self._pending:
-            raise ProtocolError(f"request id {request.request_id!r} is already in flight")
-        waiter: asyncio.Future[model_v1.JoinResponse] = asyncio.get_running_loop().create_future()
-        self._pending[request.request_id] = waiter
-        try:
-            await asyncio.shield(asyncio.ensure_future(self._send(request, end)))
-            return await waiter
-        finally:
-            if self._pending.get(request.request_id) is waiter:
-                del self._pending[request.request_id]
-
-    async def close(self, reason: str | None) -> None:
-        try:
-            if reason is not None and self._stream is not None and self._failure is None:
-                request = model_v1.JoinRequest(
-                    close=model_v1.CloseParticipantRequest(reason=reason)
-                )
-                self._closing = True
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.roundtrip(request, end=True), 5.0)
-        finally:
-            self._closing = True
-            reader = self._reader
-            if reader is not None and not reader.done():
-                reader.cancel()
-                with contextlib.suppress(BaseException):
-                    await reader
-            if self._channel is not None:
-                self._channel.close()
-                self._channel = None
+_SERVICE: Final = "ModelService"
+CLOSE_TIMEOUT: Final = 5.0
 
 
 class ModelClient:
     """A connected, handshaken model endpoint; get one from :func:`open_model_client`."""
 
     def __init__(
-        self, portal: Portal, join: _ModelJoin, address: str, handshake: core_v1.HandshakeResponse
+        self,
+        channel: Channel,
+        mux: JoinMux[model_v1.JoinResponse],
+        address: str,
+        handshake: core_v1.HandshakeResponse,
+        metadata: dict[str, str] | None,
     ) -> None:
-        self._portal = portal
-        self._join = join
+        self._channel = channel
+        self._mux = mux
+        self._metadata = metadata
+        self._ids: itertools.count[int] = itertools.count(1)
         self.address = address
         self.handshake = handshake
         """The server's core HandshakeResponse (capabilities, editions, PeerInfo)."""
@@ -221,16 +75,30 @@ class ModelClient:
     def supported_workflow_editions(self) -> list[str]:
         return list(self.handshake.supported_workflow_editions)
 
+    def _error(self, exc: BaseException, operation: str) -> Error:
+        return map_transport_error(
+            exc,
+            operation=operation,
+            address=self.address,
+            token_sent=self._metadata is not None,
+            service=_SERVICE,
+        )
+
     async def request(
-        self, request: model_v1.JoinRequest, *, operation: str
+        self, request: model_v1.JoinRequest, *, operation: str, end: bool = False
     ) -> model_v1.JoinResponse:
-        """One Join round trip; transport failures become :class:`TransportError`."""
+        """One Join round trip; transport failures become :class:`~trio_rlmesh.TransportError`."""
+        if not request.request_id:
+            request.request_id = f"model-grpc-req-{next(self._ids)}"
         try:
-            return await self._portal.run(self._join.roundtrip, request)
+            reply, _ = await self._mux.request(request.request_id, encode(request), end=end)
+        except ValueError as exc:
+            raise ProtocolError(str(exc), operation=operation, address=self.address) from None
         except Error:
             raise
         except Exception as exc:
-            raise map_grpc_error(exc, operation=operation, address=self.address) from exc
+            raise self._error(exc, operation) from exc
+        return reply
 
     def _expect(self, response: model_v1.JoinResponse, kind: str, operation: str) -> Any:
         got, value = betterproto2.which_one_of(response, "kind")
@@ -306,17 +174,29 @@ class ModelClient:
     async def close(self, reason: str = "client close") -> None:
         """Send CloseParticipant (the server releases every adapter) and drop the stream."""
         with trio.CancelScope(shield=True):
-            await self._portal.run(self._join.close, reason)
+            await self._close(reason)
+
+    async def _close(self, reason: str | None) -> None:
+        mux = self._mux
+        try:
+            if reason is not None and mux.failure is None:
+                mux.closing = True
+                request = model_v1.JoinRequest(
+                    close=model_v1.CloseParticipantRequest(reason=reason)
+                )
+                with trio.move_on_after(CLOSE_TIMEOUT), contextlib.suppress(Error):
+                    await self.request(request, operation="model.close", end=True)
+        finally:
+            await mux.aclose()
 
     async def shutdown(self, reason: str = "") -> core_v1.ShutdownResponse:
         """Ask the server process to stop (refused unless it allows remote shutdown)."""
         request = model_v1.ShutdownRequest(base=core_v1.ShutdownRequest(reason=reason))
         try:
-            response = await self._portal.run(
-                self._join.unary, MODEL_SHUTDOWN, request, model_v1.ShutdownResponse
-            )
+            data = await self._channel.unary(MODEL_SHUTDOWN, encode(request), self._metadata)
+            response = decode(model_v1.ShutdownResponse, data)
         except Exception as exc:
-            raise map_grpc_error(exc, operation="model.shutdown", address=self.address) from exc
+            raise self._error(exc, "model.shutdown") from exc
         return response.base or core_v1.ShutdownResponse()
 
 
@@ -324,9 +204,37 @@ def _rid(context: model_v1.AdapterContext | None) -> str:
     return context.request_id if context is not None else ""
 
 
+def _request_id(reply: model_v1.JoinResponse) -> str:
+    return reply.request_id
+
+
+def _check_handshake(reply: model_v1.HandshakeResponse, shown: str) -> core_v1.HandshakeResponse:
+    base = reply.base
+    if base is None:
+        raise ProtocolError(f"the model at {shown} sent a handshake with no base")
+    if not base.compatible:
+        raise SpecError(f"the model at {shown} is incompatible: {base.error_message}")
+    if (
+        highest_shared_edition(base.supported_workflow_editions, SUPPORTED_WORKFLOW_EDITIONS)
+        is None
+    ):
+        raise SpecError(
+            f"no mutual workflow edition with the model at {shown}: it offers "
+            f"{list(base.supported_workflow_editions)}, this client "
+            f"{list(SUPPORTED_WORKFLOW_EDITIONS)}"
+        )
+    return base
+
+
 @contextlib.asynccontextmanager
 async def open_model_client(
-    address: str, *, token: str | None = None, close_reason: str | None = None
+    address: str,
+    *,
+    token: str | None = None,
+    close_reason: str | None = None,
+    connect_timeout: float = 10.0,
+    backend: BackendName = "trio",
+    settings: GrpcSettings = DEFAULT_SETTINGS,
 ) -> AsyncIterator[ModelClient]:
     """Connect to a model endpoint, handshake, open the Join stream.
 
@@ -334,50 +242,42 @@ async def open_model_client(
     is given, which releases every adapter on the server).
 
     Raises:
-        TransportError: the connection or handshake failed (UNAUTHENTICATED for a bad token).
+        TransportError: the connection or handshake failed (a bad or missing token, or an
+            address that is not a model server).
         SpecError: the server is not generation-compatible or shares no workflow edition.
+        OperationTimeout: connecting took longer than ``connect_timeout``.
     """
-    target = parse_address(address)
-    join = _ModelJoin(
-        target.host if target.kind != "unix" else None,
-        target.port if target.kind != "unix" else None,
-        target.path if target.kind == "unix" else None,
-        token,
-    )
-    shown = str(target)
-    async with open_portal() as portal:
+    metadata = auth_metadata(token)
+    async with get_backend(backend).open_channel(address, settings) as channel:
+        shown = channel.label
+        request = model_v1.HandshakeRequest(base=handshake_request(COMPONENT_MODEL))
         try:
+            data = await channel.unary(
+                MODEL_HANDSHAKE, encode(request), metadata, timeout=connect_timeout
+            )
+            base = _check_handshake(decode(model_v1.HandshakeResponse, data), shown)
+            call = await channel.open_call(MODEL_JOIN, metadata)
+        except Error:
+            raise
+        except Exception as exc:
+            raise map_transport_error(
+                exc,
+                operation="model.connect",
+                address=shown,
+                token_sent=metadata is not None,
+                service=_SERVICE,
+            ) from exc
+        mux: JoinMux[model_v1.JoinResponse] = JoinMux(
+            call, lambda reply: decode(model_v1.JoinResponse, reply), _request_id
+        )
+        async with background_nursery() as nursery:
+            await nursery.start(mux.run)
+            client = ModelClient(channel, mux, shown, base, metadata)
             try:
-                reply = await portal.run(
-                    join.handshake,
-                    model_v1.HandshakeRequest(base=handshake_request(COMPONENT_MODEL)),
-                )
-                base = reply.base
-                if base is None:
-                    raise ProtocolError(f"the model at {shown} sent a handshake with no base")
-                if not base.compatible:
-                    raise SpecError(f"the model at {shown} is incompatible: {base.error_message}")
-                if (
-                    highest_shared_edition(
-                        base.supported_workflow_editions, SUPPORTED_WORKFLOW_EDITIONS
-                    )
-                    is None
-                ):
-                    raise SpecError(
-                        f"no mutual workflow edition with the model at {shown}: it offers "
-                        f"{list(base.supported_workflow_editions)}, this client "
-                        f"{list(SUPPORTED_WORKFLOW_EDITIONS)}"
-                    )
-                await portal.run(join.open)
-            except Error:
-                raise
-            except Exception as exc:
-                raise map_grpc_error(exc, operation="model.connect", address=shown) from exc
-            client = ModelClient(portal, join, shown, base)
-            yield client
-        finally:
-            with trio.CancelScope(shield=True):
-                await portal.run(join.close, close_reason)
+                yield client
+            finally:
+                with trio.CancelScope(shield=True):
+                    await client._close(close_reason)
 
 
 class ModelClientRuntimeModel:
@@ -460,6 +360,3 @@ class ModelClientRuntimeModel:
     ) -> None:
         with trio.move_on_after(timeout):
             await self.client.release_adapter(request)
-
-
-_ = TransportError  # re-exported through map_grpc_error's results

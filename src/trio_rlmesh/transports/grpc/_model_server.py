@@ -1,38 +1,31 @@
-"""ModelService over grpclib: serve any model (or :class:`ModelHandler`) to rlmesh runtimes.
+"""``serve_model``: serve any model (or :class:`ModelHandler`) to rlmesh runtimes.
 
-Theory of operation. grpclib runs on the portal's asyncio loop; the model runs in trio.
+Theory of operation. Written once over the backend interface, in trio; the lifecycle,
+token, health, draining and the Join receive loop come from :mod:`._server`.
 
-* The asyncio side (:class:`_ModelService`) reads each Join stream and gives every request
-  its own task, at most ``max_concurrency`` in flight per stream. Requests naming the same
-  env id run in arrival order: each waits for the previous request on that env (a
-  grouped predict waits for every env it names). ``close`` waits for everything the stream
-  started. Responses go out in completion order, matched by ``request_id``; a request's
-  completion is signalled before its response is written, so ordering never waits on the
-  network.
-* Each request crosses into trio once (:class:`_TrioBridge`), where :class:`_ModelCore`
-  validates it, calls the handler under one lock (handler calls are serialized, as in the
-  reference) and encodes the answer. A model built by :func:`~trio_rlmesh.model.as_handler`
-  here runs its code in a worker thread, so a slow forward stalls neither loop.
+* Each Join stream gives every request its own task, at most ``max_concurrency`` in
+  flight per stream. Requests naming the same env id run in arrival order: each waits for
+  the previous request on that env (a grouped predict waits for every env it names).
+  ``close`` waits for everything the stream started. Responses go out in completion
+  order, matched by ``request_id``; a request's completion is signalled before its
+  response is written, so ordering never waits on the network.
+* :class:`_ModelCore` validates each request, calls the handler under one lock (handler
+  calls are serialized, as in the reference) and encodes the answer. A model built by
+  :func:`~trio_rlmesh.model.as_handler` here runs its code in a worker thread, so a slow
+  or hung forward stalls neither health checks nor stopping.
 * Every response carries ``endpoint_total_ns`` and ``in_flight``; predict responses and
   errors also carry the 0.1.0 phase fields (decode, user, encode, queue, adapter, held).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import attrs
 import betterproto2
-import outcome
 import trio
-from grpclib.const import Cardinality, Handler, Status
-from grpclib.encoding.proto import ProtoCodec
-from grpclib.exceptions import GRPCError
 
 from ..._errors import Error, ModelError
 from ...model import as_handler
@@ -49,25 +42,14 @@ from ...protocol import (
     CAP_OBSERVATION_HISTORY,
     CAPABILITY_TRUE,
     COMPONENT_MODEL,
-    MAX_MESSAGE_SIZE,
     SUPPORTED_WORKFLOW_EDITIONS,
     model_v1,
 )
-from ...protocol._fastwire import decode_model_join_request, encode_model_join_response
-from ._common import (
-    MODEL_HANDSHAKE,
-    MODEL_JOIN,
-    MODEL_SHUTDOWN,
-    Address,
-    answer_shutdown,
-    check_token,
-    handshake_response,
-    parse_bind_address,
-    receive_base,
-)
-from ._health import HealthService
-from ._lifecycle import CLOSE_GRACE, TrackedServer
-from ._portal import open_portal
+from ._backend import BackendName, ServerCall, check_backend
+from ._codec import encode
+from ._handshake import MODEL_HANDSHAKE, MODEL_JOIN, MODEL_SHUTDOWN, handshake_response
+from ._server import JoinSession, ServerCore, run_server
+from ._settings import DEFAULT_SETTINGS, GrpcSettings
 
 __all__ = ["serve_model"]
 
@@ -310,170 +292,8 @@ def _as_error(exc: BaseException) -> Error:
     return ModelError(f"{type(exc).__name__}: {exc}", code="INTERNAL")
 
 
-class _TrioBridge:
-    """Runs trio coroutine functions on behalf of asyncio tasks (one crossing per call)."""
-
-    def __init__(self, token: trio.lowlevel.TrioToken, nursery: trio.Nursery) -> None:
-        self._token = token
-        self._nursery = nursery
-
-    async def call(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[outcome.Outcome[Any]] = loop.create_future()
-        scopes: list[trio.CancelScope] = []
-
-        def deliver(result: outcome.Outcome[Any]) -> None:
-            if not future.done():
-                future.set_result(result)
-
-        async def job() -> None:
-            result: outcome.Outcome[Any] = outcome.Error(
-                ModelError("the model server is shutting down", recoverable=True, code="CLOSED")
-            )
-            try:
-                with trio.CancelScope() as scope:
-                    scopes.append(scope)
-                    try:
-                        result = outcome.Value(await fn(*args))
-                    except Exception as exc:
-                        result = outcome.Error(exc)
-            finally:
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(deliver, result)
-
-        def cancel() -> None:
-            for scope in scopes:
-                scope.cancel()
-
-        try:
-            self._token.run_sync_soon(self._nursery.start_soon, job)
-        except trio.RunFinishedError:
-            raise ModelError("the model server is shutting down", code="CLOSED") from None
-        try:
-            result = await future
-        except asyncio.CancelledError:
-            with contextlib.suppress(trio.RunFinishedError):
-                self._token.run_sync_soon(cancel)
-            raise
-        return result.unwrap()
-
-
-class _Codec(ProtoCodec):
-    """grpclib's proto codec with the reference's message size limit."""
-
-    def __init__(self, max_message_size: int) -> None:
-        self.max_message_size = max_message_size
-
-    def encode(self, message: Any, message_type: Any) -> bytes:
-        if message_type is model_v1.JoinResponse and type(message) is model_v1.JoinResponse:
-            return encode_model_join_response(message)
-        return super().encode(message, message_type)
-
-    def decode(self, data: bytes, message_type: Any) -> Any:
-        if len(data) > self.max_message_size:
-            raise GRPCError(
-                Status.RESOURCE_EXHAUSTED,
-                f"message of {len(data)} bytes exceeds the limit of {self.max_message_size}",
-            )
-        if message_type is model_v1.JoinRequest:
-            return decode_model_join_request(data)
-        return super().decode(data, message_type)
-
-
-@attrs.define(eq=False)
-class _ModelService:
-    """The ModelService handlers; every method runs on the portal's asyncio loop."""
-
-    core: _ModelCore
-    bridge: _TrioBridge
-    token: str | None
-    allow_remote_shutdown: bool
-    request_stop: Callable[[str], None]
-    max_concurrency: int = DEFAULT_CONCURRENCY
-    server: TrackedServer | None = None
-    in_flight: int = 0
-    draining: bool = False
-    pending: int = 0
-    """Join requests accepted and not yet answered (waiting their turn included)."""
-    idle: asyncio.Event = attrs.field(factory=asyncio.Event)
-    """Set whenever ``pending`` drops to zero."""
-
-    def begin(self) -> None:
-        self.pending += 1
-        self.idle.clear()
-
-    def end(self, _: object = None) -> None:
-        self.pending -= 1
-        if not self.pending:
-            self.idle.set()
-
-    def __mapping__(self) -> dict[str, Handler]:
-        return {
-            MODEL_HANDSHAKE: Handler(
-                self.handshake,
-                Cardinality.UNARY_UNARY,
-                model_v1.HandshakeRequest,
-                model_v1.HandshakeResponse,
-            ),
-            MODEL_JOIN: Handler(
-                self.join, Cardinality.STREAM_STREAM, model_v1.JoinRequest, model_v1.JoinResponse
-            ),
-            MODEL_SHUTDOWN: Handler(
-                self.shutdown,
-                Cardinality.UNARY_UNARY,
-                model_v1.ShutdownRequest,
-                model_v1.ShutdownResponse,
-            ),
-        }
-
-    async def handshake(self, stream: Any) -> None:
-        request = await receive_base(stream, self.token, what="route", call="handshake")
-        base = handshake_response(COMPONENT_MODEL, request, capabilities=CAPABILITIES)
-        await stream.send_message(model_v1.HandshakeResponse(base=base))
-
-    async def shutdown(self, stream: Any) -> None:
-        reason = await answer_shutdown(
-            stream,
-            self.token,
-            what="route",
-            response_type=model_v1.ShutdownResponse,
-            allowed=self.allow_remote_shutdown,
-            disabled_message=SHUTDOWN_DISABLED_MESSAGE,
-        )
-        if reason is not None:
-            self.request_stop(f"shutdown accepted: {reason}" if reason else "shutdown accepted")
-
-    async def join(self, stream: Any) -> None:
-        await check_token(stream, self.token, what="route")
-        # A real client waits for the response headers before it sends anything.
-        await stream.send_initial_metadata()
-        await _JoinSession(self, stream).run()
-
-    async def start(self, bind: Address, max_message_size: int) -> str:
-        self.server = TrackedServer([self, HealthService()], codec=_Codec(max_message_size))
-        if bind.kind == "unix":
-            assert bind.path is not None
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(bind.path)
-            await self.server.start(path=bind.path)
-            return str(bind)
-        await self.server.start(bind.host, bind.port)
-        return Address.tcp(str(bind.host), self.server.bound_port()).authority
-
-    async def stop(self, drain_timeout: float | None) -> None:
-        """Stop accepting, let requests in progress finish (at most ``drain_timeout``),
-        then end every handler and connection, so clients see their streams end at once."""
-        self.draining = True
-        server = self.server
-        if server is None:
-            return
-        server.stop_accepting()
-        try:
-            if self.pending:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self.idle.wait(), drain_timeout)
-        finally:
-            await server.close_connections(CLOSE_GRACE)
+def _error_response(exc: BaseException) -> model_v1.JoinResponse:
+    return model_v1.JoinResponse(error=model_error_to_wire(_as_error(exc)))
 
 
 def _env_keys(kind: str, message: Any) -> list[str]:
@@ -490,73 +310,78 @@ def _env_keys(kind: str, message: Any) -> list[str]:
 
 
 @attrs.define(eq=False)
-class _JoinSession:
+class _ModelService:
+    """The ModelService: Handshake, Join (any number of streams) and Shutdown."""
+
+    core: ServerCore
+    model: _ModelCore
+    max_concurrency: int = DEFAULT_CONCURRENCY
+    in_flight: int = 0
+    """Requests whose handler call is running (reported in every response)."""
+
+    def handlers(self) -> dict[str, Callable[[ServerCall], Awaitable[None]]]:
+        return {
+            MODEL_HANDSHAKE: self.handshake,
+            MODEL_JOIN: self.join,
+            MODEL_SHUTDOWN: self.shutdown,
+        }
+
+    async def handshake(self, call: ServerCall) -> None:
+        request = await self.core.receive_base(call, model_v1.HandshakeRequest, "handshake")
+        base = handshake_response(COMPONENT_MODEL, request, capabilities=CAPABILITIES)
+        await call.send_message(encode(model_v1.HandshakeResponse(base=base)))
+
+    async def shutdown(self, call: ServerCall) -> None:
+        await self.core.answer_shutdown(call, model_v1.ShutdownRequest, model_v1.ShutdownResponse)
+
+    async def join(self, call: ServerCall) -> None:
+        self.core.authenticate(call)
+        self.core.refuse_if_draining()
+        await _ModelJoin(self, call).run()
+
+
+class _ModelJoin(JoinSession[model_v1.JoinRequest]):
     """One Join stream: pipelined requests, per-env order, responses by completion."""
 
-    service: _ModelService
-    stream: Any
-    tasks: set[asyncio.Task[None]] = attrs.field(factory=set)
-    tails: dict[str, asyncio.Future[None]] = attrs.field(factory=dict)
-    send_lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
-    permits: asyncio.Semaphore = attrs.field(init=False)
+    request_type = model_v1.JoinRequest
 
-    def __attrs_post_init__(self) -> None:
-        self.permits = asyncio.Semaphore(self.service.max_concurrency)
+    def __init__(self, service: _ModelService, call: ServerCall) -> None:
+        super().__init__(service.core, call)
+        self.service = service
+        self.tails: dict[str, trio.Event] = {}
+        self.permits = trio.Semaphore(service.max_concurrency)
 
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                request: model_v1.JoinRequest | None = await self.stream.recv_message()
-                if request is None:
-                    break
-                if self.service.draining:
-                    # Stopping: no new work; what is in progress still gets its answer.
-                    if self.tasks:
-                        await asyncio.wait(list(self.tasks))
-                    raise GRPCError(Status.UNAVAILABLE, "the model server is shutting down")
-                received = time.perf_counter_ns()
-                kind, message = betterproto2.which_one_of(request, "kind")
-                if kind == "close":
-                    if self.tasks:
-                        await asyncio.wait(list(self.tasks))
-                    started = time.perf_counter_ns()
-                    response = await self._close()
-                    await self._send(request.request_id, response, started, received)
-                    return
-                await self.permits.acquire()
-                keys = _env_keys(kind, message) if message is not None else []
-                waits = [self.tails[k] for k in keys if k in self.tails]
-                mine: asyncio.Future[None] = loop.create_future()
-                for key in keys:
-                    self.tails[key] = mine
-                task = loop.create_task(
-                    self._serve(request, kind, message, waits, mine, keys, received)
-                )
-                self.tasks.add(task)
-                self.service.begin()
-                task.add_done_callback(self.service.end)
-                task.add_done_callback(self.tasks.discard)
-            if self.tasks:
-                await asyncio.wait(list(self.tasks))
-        finally:
-            for task in self.tasks:
-                task.cancel()
+    async def handle(self, request: model_v1.JoinRequest, received_ns: int, decode_ns: int) -> None:
+        kind, message = betterproto2.which_one_of(request, "kind")
+        if kind == "close":
+            await self.wait_tasks()
+            started = time.perf_counter_ns()
+            response = await self._close()
+            await self._send(request.request_id, response, started, received_ns)
+            self.end_session()
+            return
+        await self.permits.acquire()
+        keys = _env_keys(kind, message) if message is not None else []
+        waits = [self.tails[key] for key in keys if key in self.tails]
+        mine = trio.Event()
+        for key in keys:
+            self.tails[key] = mine
+        self.spawn(self._serve, request, kind, message, waits, mine, keys, received_ns)
 
     async def _serve(
         self,
         request: model_v1.JoinRequest,
         kind: str,
         message: Any,
-        waits: list[asyncio.Future[None]],
-        mine: asyncio.Future[None],
+        waits: list[trio.Event],
+        mine: trio.Event,
         keys: list[str],
         received: int,
     ) -> None:
         service = self.service
         try:
             for waited in waits:
-                await waited
+                await waited.wait()
             started = time.perf_counter_ns()
             service.in_flight += 1
             try:
@@ -566,8 +391,7 @@ class _JoinSession:
         finally:
             # Signal completion before answering, so the next request on these envs
             # never waits on the network.
-            if not mine.done():
-                mine.set_result(None)
+            mine.set()
             for key in keys:
                 if self.tails.get(key) is mine:
                     del self.tails[key]
@@ -581,25 +405,22 @@ class _JoinSession:
         response.endpoint_total_ns = time.perf_counter_ns() - started
         response.queue_ns = max(0, started - received)
         response.in_flight = self.service.in_flight + 1
-        async with self.send_lock:
-            await self.stream.send_message(response)
+        await self.call.send_message(encode(response))
 
     async def _close(self) -> model_v1.JoinResponse:
         try:
-            await self.service.bridge.call(self.service.core.release_all)
+            await self.service.model.release_all()
         except Exception as exc:
             return _error_response(exc)
         return model_v1.JoinResponse(close=model_v1.CloseParticipantResponse())
 
     async def _handle(self, kind: str, message: Any) -> model_v1.JoinResponse:
-        core, bridge = self.service.core, self.service.bridge
+        model = self.service.model
         try:
             if kind == "resolve_adapter":
-                return model_v1.JoinResponse(
-                    resolve_adapter=await bridge.call(core.resolve, message)
-                )
+                return model_v1.JoinResponse(resolve_adapter=await model.resolve(message))
             if kind == "predict":
-                answer, stats = await bridge.call(core.predict, message)
+                answer, stats = await model.predict(message)
                 response = (
                     _error_response(answer)
                     if isinstance(answer, BaseException)
@@ -608,15 +429,15 @@ class _JoinSession:
                 stats.apply(response)
                 return response
             if kind == "grouped_predict":
-                grouped, stats = await bridge.call(core.grouped, message)
+                grouped, stats = await model.grouped(message)
                 response = model_v1.JoinResponse(grouped_predict=grouped)
                 stats.apply(response)
                 return response
             if kind == "reset_adapter":
-                await bridge.call(core.reset, message)
+                await model.reset(message)
                 return model_v1.JoinResponse(reset_adapter=model_v1.ResetAdapterResponse())
             if kind == "release_adapter":
-                await bridge.call(core.release, message)
+                await model.release(message)
                 return model_v1.JoinResponse(release_adapter=model_v1.ReleaseAdapterResponse())
         except Exception as exc:
             return _error_response(exc)
@@ -627,17 +448,6 @@ class _JoinSession:
         )
 
 
-async def _host_jobs(task_status: trio.TaskStatus[trio.Nursery]) -> None:
-    with trio.CancelScope(shield=True):
-        async with trio.open_nursery() as jobs:
-            task_status.started(jobs)
-            await trio.sleep_forever()
-
-
-def _error_response(exc: BaseException) -> model_v1.JoinResponse:
-    return model_v1.JoinResponse(error=model_error_to_wire(_as_error(exc)))
-
-
 async def serve_model(
     model: object,
     address: str = "127.0.0.1:0",
@@ -646,72 +456,60 @@ async def serve_model(
     name: str | None = None,
     allow_remote_shutdown: bool = False,
     max_concurrency: int = DEFAULT_CONCURRENCY,
-    max_message_size: int = MAX_MESSAGE_SIZE,
     drain_timeout: float | None = 5.0,
+    backend: BackendName = "trio",
+    settings: GrpcSettings = DEFAULT_SETTINGS,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve a model over rlmesh-wire-v1 until cancelled (or shut down remotely).
 
     Follows trio's ``nursery.start`` protocol: the bound address (``127.0.0.1:PORT``) is
-    reported once the listener is up. The model's ``close`` runs exactly once when
-    serving ends.
+    reported once the listener is up. Stopping drains requests in progress for at most
+    ``drain_timeout`` seconds, then ends every open call with UNAVAILABLE, even if model
+    code is stuck (its worker is abandoned). The model's ``close`` runs exactly once when
+    serving ends, bounded by 5 s.
 
     Args:
         model: a :class:`~trio_rlmesh.model.Model`, any object with ``predict`` (see
             :func:`~trio_rlmesh.model.as_handler`; its code runs in a worker thread), or
             a :class:`~trio_rlmesh.model.ModelHandler`.
         address: bind address; port 0 picks a free port.
-        token: require this exact ``authorization`` header on every call.
+        token: require this exact ``authorization`` header on every call (not empty).
         name: how errors name the model.
         allow_remote_shutdown: accept the Shutdown RPC.
         max_concurrency: requests in flight per Join stream.
-        max_message_size: largest request accepted, in bytes.
-        drain_timeout: on stop, wait at most this long for requests in progress; then
-            every connection is closed.
+        drain_timeout: on stop, wait at most this long for requests in progress.
+        backend: ``"trio"`` (default) or ``"grpclib"``.
+        settings: message size limit, keepalive and flow-control windows.
 
     Example::
 
         async with trio.open_nursery() as nursery:
             address = await nursery.start(serve_model, MyModel())
     """
+    check_backend(backend)
+    if token is not None and not token:
+        raise ValueError("token must not be empty (pass None to serve without one)")
     handler = as_handler(model, name=name, offload=True)
     label = name or getattr(handler, "name", None) or type(handler).__name__
-    core = _ModelCore(handler, str(label))
-    bind = parse_bind_address(address)
-    stop = trio.Event()
-    trio_token = trio.lowlevel.current_trio_token()
-
-    def request_stop(reason: str) -> None:
-        del reason
-        with contextlib.suppress(trio.RunFinishedError):
-            trio_token.run_sync_soon(stop.set)
-
+    core = ServerCore(
+        component="model",
+        what="route",
+        token=token,
+        allow_remote_shutdown=allow_remote_shutdown,
+        shutdown_disabled_message=SHUTDOWN_DISABLED_MESSAGE,
+    )
+    service = _ModelService(core, _ModelCore(handler, str(label)), max_concurrency)
     try:
-        async with open_portal() as portal, trio.open_nursery() as host:
-            # Requests run in a shielded nursery of their own, so that cancelling
-            # serve_model lets them drain; it is cancelled once the server has stopped.
-            jobs: trio.Nursery = await host.start(_host_jobs)
-            service = _ModelService(
-                core=core,
-                bridge=_TrioBridge(trio_token, jobs),
-                token=token,
-                allow_remote_shutdown=allow_remote_shutdown,
-                request_stop=request_stop,
-                max_concurrency=max_concurrency,
-            )
-            try:
-                bound = await portal.run(service.start, bind, max_message_size)
-                task_status.started(bound)
-                await stop.wait()
-            finally:
-                # service.stop bounds itself; the deadline is a backstop.
-                try:
-                    with trio.CancelScope(shield=True) as cleanup:
-                        if drain_timeout is not None:
-                            cleanup.deadline = trio.current_time() + drain_timeout + 2 * CLOSE_GRACE
-                        await portal.run(service.stop, drain_timeout)
-                finally:
-                    jobs.cancel_scope.cancel()
+        await run_server(
+            core,
+            service.handlers(),
+            address=address,
+            backend=backend,
+            settings=settings,
+            drain_timeout=drain_timeout,
+            task_status=task_status,
+        )
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
             await handler.close()

@@ -1,0 +1,214 @@
+"""Strict protobuf parsing on top of betterproto2.
+
+betterproto2 0.10 is lenient where a server must not be: it parses truncated input, turns
+a field sent with the wrong wire type into a value of the wrong Python type (a message
+field becomes an ``int``, and the handler dies later with ``AttributeError``), and keeps
+every arm of a oneof that appears more than once. :func:`decode_checked` walks the bytes
+first, using the generated field metadata, and then parses:
+
+* framing: varints end, lengths fit, no group wire types;
+* every known field arrives with the wire type its declaration allows (packed or unpacked
+  for repeated scalars); strings are valid UTF-8;
+* oneofs: the last arm on the wire wins, as protobuf specifies, at every nesting level.
+
+Unknown fields of any wire type are skipped, as protobuf requires.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, TypeVar
+
+import attrs
+
+__all__ = ["check_wire", "decode_checked"]
+
+_M = TypeVar("_M")
+
+_VARINT_TYPES: Final = frozenset(
+    {"int32", "int64", "uint32", "uint64", "sint32", "sint64", "bool", "enum"}
+)
+_FIXED64_TYPES: Final = frozenset({"fixed64", "sfixed64", "double"})
+_FIXED32_TYPES: Final = frozenset({"fixed32", "sfixed32", "float"})
+_LENGTH_TYPES: Final = frozenset({"string", "bytes", "message", "map"})
+
+
+def _wire_types(proto_type: str, repeated: bool) -> frozenset[int]:
+    if proto_type in _LENGTH_TYPES:
+        return frozenset({2})
+    scalar = 0 if proto_type in _VARINT_TYPES else 1 if proto_type in _FIXED64_TYPES else 5
+    return frozenset({scalar, 2}) if repeated else frozenset({scalar})
+
+
+@attrs.define
+class _Plan:
+    """What to fix in a parsed message: the winning arm per oneof, and nested plans."""
+
+    oneofs: dict[str, str] = attrs.field(factory=dict)
+    fields: dict[str, Any] = attrs.field(factory=dict)
+    """field name -> _Plan (singular), list[_Plan | None] (repeated) or
+    dict[key, _Plan] (map of messages)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.oneofs or self.fields)
+
+
+def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    for stop in range(pos, min(pos + 10, end)):
+        byte = data[stop]
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, stop + 1
+        shift += 7
+    raise ValueError("truncated or overlong varint")
+
+
+def _skip(data: bytes, pos: int, end: int, wire_type: int, number: int) -> tuple[int, int]:
+    """The span of one field's payload; returns (start, next position)."""
+    if wire_type == 0:
+        _, after = _varint(data, pos, end)
+        return pos, after
+    if wire_type == 2:
+        length, start = _varint(data, pos, end)
+        if start + length > end:
+            raise ValueError(f"field {number} runs past the end of its message")
+        return start, start + length
+    if wire_type in (1, 5):
+        after = pos + (8 if wire_type == 1 else 4)
+        if after > end:
+            raise ValueError(f"fixed-width field {number} runs past the end of its message")
+        return pos, after
+    raise ValueError(f"field {number} uses unsupported wire type {wire_type}")
+
+
+def _walk(data: bytes, message_type: Any, pos: int, end: int) -> _Plan:
+    meta = message_type._betterproto
+    names = meta.field_name_by_number
+    fields = meta.meta_by_field_name
+    plan = _Plan()
+    while pos < end:
+        key, pos = _varint(data, pos, end)
+        number, wire_type = key >> 3, key & 7
+        if number == 0:
+            raise ValueError("field number 0")
+        start, pos = _skip(data, pos, end, wire_type, number)
+        name = names.get(number)
+        if name is None:
+            continue  # unknown field: skipped, whatever its wire type
+        field = fields[name]
+        if wire_type not in _wire_types(field.proto_type, field.repeated):
+            raise ValueError(
+                f"{message_type.__name__}.{name} arrived with wire type {wire_type}, "
+                f"which a {field.proto_type} field cannot have"
+            )
+        if field.group is not None:
+            plan.oneofs[field.group] = name
+        if field.proto_type == "string":
+            try:
+                bytes(data[start:pos]).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{message_type.__name__}.{name} is not valid UTF-8") from exc
+        elif field.proto_type == "message":
+            child: _Plan = _walk(data, meta.cls_by_field[name], start, pos)
+            if field.repeated:
+                plan.fields.setdefault(name, []).append(child or None)
+            elif child:
+                plan.fields[name] = child
+            else:
+                plan.fields.pop(name, None)
+        elif field.proto_type == "map":
+            value_type = meta.cls_by_field.get(f"{name}.value")
+            key_value, entry_plan = _walk_map_entry(
+                data, value_type, field, start, pos, message_type, name
+            )
+            if entry_plan:
+                plan.fields.setdefault(name, {})[key_value] = entry_plan
+    return plan
+
+
+def _walk_map_entry(
+    data: bytes,
+    value_type: Any,
+    field: Any,
+    pos: int,
+    end: int,
+    owner: Any,
+    name: str,
+) -> tuple[Any, _Plan | None]:
+    key_meta, value_meta = field.map_meta
+    key: Any = None
+    plan: _Plan | None = None
+    child: _Plan
+    while pos < end:
+        tag, pos = _varint(data, pos, end)
+        number, wire_type = tag >> 3, tag & 7
+        start, pos = _skip(data, pos, end, wire_type, number)
+        entry = {1: key_meta, 2: value_meta}.get(number)
+        if entry is None:
+            continue
+        if wire_type not in _wire_types(entry.proto_type, False):
+            raise ValueError(
+                f"a {owner.__name__}.{name} map entry has a field of wire type {wire_type}"
+            )
+        if entry.proto_type == "string":
+            try:
+                text = bytes(data[start:pos]).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(
+                    f"a {owner.__name__}.{name} key or value is not valid UTF-8"
+                ) from exc
+            if number == 1:
+                key = text
+        elif number == 1:
+            key = bytes(data[start:pos]) if wire_type == 2 else _varint(data, start, pos)[0]
+        elif entry.proto_type == "message" and value_type is not None:
+            child = _walk(data, value_type, start, pos)
+            plan = child or None
+    return key, plan
+
+
+def check_wire(data: bytes, message_type: type[Any]) -> None:
+    """Raise ``ValueError`` unless ``data`` is well-formed ``message_type`` protobuf."""
+    _walk(data, message_type, 0, len(data))
+
+
+def _apply(message: Any, plan: _Plan) -> None:
+    meta = type(message)._betterproto
+    for group, winner in plan.oneofs.items():
+        for field in meta.oneof_field_by_group[group]:
+            if field.name != winner and getattr(message, field.name) is not None:
+                setattr(message, field.name, None)
+    for name, nested in plan.fields.items():
+        value = getattr(message, name, None)
+        if value is None:
+            continue
+        if isinstance(nested, _Plan):
+            _apply(value, nested)
+        elif isinstance(nested, list):
+            for item, item_plan in zip(value, nested, strict=False):
+                if item_plan is not None:
+                    _apply(item, item_plan)
+        else:
+            for key, item_plan in nested.items():
+                item = value.get(key)
+                if item is not None:
+                    _apply(item, item_plan)
+
+
+def decode_checked(message_type: type[_M], data: bytes) -> _M:
+    """Parse ``data`` as ``message_type`` strictly (see the module docstring).
+
+    >>> from trio_rlmesh.protocol import env_v1
+    >>> decode_checked(env_v1.StepRequest, b"\\x08\\x01")
+    Traceback (most recent call last):
+    ...
+    ValueError: StepRequest.action arrived with wire type 0, which a message field cannot have
+
+    Raises:
+        ValueError: malformed input, with the field at fault named.
+    """
+    plan = _walk(data, message_type, 0, len(data))
+    message: _M = message_type.FromString(data)  # type: ignore[attr-defined]
+    if plan:
+        _apply(message, plan)
+    return message

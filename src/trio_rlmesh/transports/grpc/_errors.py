@@ -1,0 +1,117 @@
+"""The one place where what happened on the wire becomes a :class:`trio_rlmesh.Error`.
+
+Both backends raise only :class:`~._status.GrpcError` (a call ended with a status) and
+:class:`~._status.ConnectionLost` (it ended without one); the clients call
+:func:`map_transport_error` at their boundary and nowhere else. The table:
+
+==============================  ===========================================================
+what happened                   what the caller gets
+==============================  ===========================================================
+UNAUTHENTICATED                 TransportError: "rejected the token" when one was sent,
+                                "requires a token" when none was
+DEADLINE_EXCEEDED, TimeoutError OperationTimeout
+UNIMPLEMENTED                   TransportError saying the server does not serve this
+                                service (the wrong kind of server?)
+UNAVAILABLE, RESOURCE_EXHAUSTED recoverable TransportError
+ABORTED
+other statuses                  TransportError carrying the status name as ``code``
+ConnectionLost, refused         TransportError "could not connect to ..."
+ConnectionLost, OSError, EOF    TransportError "connection lost during ...: <reason>"
+an Error                        itself, with missing context filled in
+==============================  ===========================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import trio
+
+from ..._errors import Error, OperationTimeout, TransportError
+from ._status import ConnectionLost, GrpcError, Status
+
+__all__ = ["map_transport_error", "where"]
+
+_RETRYABLE: Final = frozenset({Status.UNAVAILABLE, Status.RESOURCE_EXHAUSTED, Status.ABORTED})
+
+
+def where(operation: str, address: str | None, step: int | None, lane: int | None) -> str:
+    """``env.step to tcp://h:p at step 3 on lane 1``: how messages name an operation."""
+    parts = [operation]
+    if address is not None:
+        parts.append(f"to {address}")
+    if step is not None:
+        parts.append(f"at step {step}")
+    if lane is not None:
+        parts.append(f"on lane {lane}")
+    return " ".join(parts)
+
+
+def map_transport_error(
+    exc: BaseException,
+    *,
+    operation: str,
+    address: str | None,
+    step: int | None = None,
+    lane: int | None = None,
+    token_sent: bool = False,
+    service: str | None = None,
+) -> Error:
+    """Turn a backend, socket or timeout exception into this package's error.
+
+    ``token_sent`` says whether the call carried a token (for UNAUTHENTICATED);
+    ``service`` names the service the call belongs to (``EnvService``, ``ModelService``)
+    for UNIMPLEMENTED. The original exception should become ``__cause__``.
+    """
+    context: dict[str, Any] = {
+        "operation": operation,
+        "address": address,
+        "step": step,
+        "lane": lane,
+    }
+    at = where(operation, address, step, lane)
+    if isinstance(exc, Error):
+        return exc.with_context(**context)
+    if isinstance(exc, GrpcError):
+        status = exc.status
+        detail = f": {exc.message}" if exc.message else ""
+        if status is Status.UNAUTHENTICATED:
+            if token_sent:
+                text = (
+                    f"{at} failed: the server rejected the token (UNAUTHENTICATED{detail}); "
+                    "pass the token the server was started with"
+                )
+            else:
+                text = (
+                    f"{at} failed: the server requires a token (UNAUTHENTICATED{detail}); "
+                    "pass the token it was started with"
+                )
+            return TransportError(text, code=status.name, **context)
+        if status is Status.DEADLINE_EXCEEDED:
+            return OperationTimeout(
+                f"{at} timed out (DEADLINE_EXCEEDED{detail})", code=status.name, **context
+            )
+        if status is Status.UNIMPLEMENTED:
+            served = f"the {service} service" if service else "this call"
+            return TransportError(
+                f"{at} failed: the server at {address} does not serve {served} "
+                f"(UNIMPLEMENTED{detail}); is it the right kind of server?",
+                code=status.name,
+                **context,
+            )
+        return TransportError(
+            f"{at} failed with gRPC status {status.name}{detail}",
+            recoverable=status in _RETRYABLE,
+            code=status.name,
+            **context,
+        )
+    if isinstance(exc, ConnectionLost):
+        if exc.refused:
+            return TransportError(f"{operation} failed: {exc.reason}", **context)
+        return TransportError(f"connection lost during {at}: {exc.reason}", **context)
+    if isinstance(exc, (TimeoutError, trio.TooSlowError)):
+        return OperationTimeout(f"{at} timed out", **context)
+    if isinstance(exc, OSError):
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return TransportError(f"connection lost during {at}: {reason}", **context)
+    return TransportError(f"{at} failed: {type(exc).__name__}: {exc}", **context)

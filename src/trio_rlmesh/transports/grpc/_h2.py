@@ -1,0 +1,788 @@
+"""gRPC over HTTP/2 on trio: one connection machine for both roles, built on ``h2``.
+
+Theory of operation.
+
+* :class:`H2Connection` drives h2's state machine over one trio byte stream (a TCP or
+  Unix socket, or an in-memory stream). :meth:`H2Connection.run` owns a nursery holding
+  the connection's tasks: one reader, the keepalive watcher, and on a server every call's
+  handler. When the connection ends, for whatever reason, that nursery is cancelled and
+  every open stream fails with the same :class:`ConnectionLost` reason.
+* The reader is the only task that reads the socket. It feeds h2 and dispatches h2's
+  events to the streams: it appends decoded messages to queues and wakes parked tasks, and
+  never runs anything else, so a slow handler can never stall another stream.
+* Writes are serialized without a lock: a task that queued bytes in h2 calls
+  :meth:`H2Connection.flush`; if nobody is writing it becomes the writer and writes until
+  nothing is left (picking up what other tasks queued meanwhile), otherwise it waits until
+  its bytes are out. The writer is shielded and bounded by ``write_timeout``: a frame is
+  never torn (a torn frame would corrupt every stream), and a peer that stops reading costs
+  the connection rather than a hang.
+* A message is sent whole even when its sender is cancelled: it goes into h2 in one
+  synchronous call when the flow-control window allows, and otherwise chunk by chunk under
+  a shielded, bounded scope.
+* :class:`H2Stream` is one gRPC call. Incoming DATA is decoded into messages as it
+  arrives (:class:`~._framing.MessageDecoder` refuses an oversized message at its header,
+  before buffering its body). Flow-control credit goes back to the peer as data arrives,
+  unless the stream's unread messages exceed its window; then it waits until the
+  application reads, so memory per stream stays bounded.
+* Keepalive: while a call is open and the peer has sent nothing for
+  ``keepalive_interval``, a PING goes out; if still nothing at all arrives within
+  ``keepalive_timeout``, the connection is declared dead.
+* h2 treats GOAWAY as the end of the connection (no frame may follow it in either
+  direction), so this module does too: a peer's GOAWAY fails every open stream, and a
+  graceful close here first ends its streams, then sends GOAWAY.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+import trio
+
+from ._framing import MessageDecoder, frame
+from ._settings import GrpcSettings
+from ._status import (
+    ConnectionLost,
+    GrpcError,
+    Status,
+    again,
+    decode_grpc_message,
+    encode_grpc_message,
+)
+
+__all__ = ["H2Connection", "H2Stream", "Headers"]
+
+Headers = list[tuple[str, str]]
+
+_READ_SIZE: Final = 256 * 1024
+_DEFAULT_WINDOW: Final = 65_535
+
+# What an HTTP status that is not 200 means for a gRPC call (gRPC's HTTP-to-status table).
+_HTTP_STATUS: Final = {
+    400: Status.INTERNAL,
+    401: Status.UNAUTHENTICATED,
+    403: Status.PERMISSION_DENIED,
+    404: Status.UNIMPLEMENTED,
+    429: Status.UNAVAILABLE,
+    502: Status.UNAVAILABLE,
+    503: Status.UNAVAILABLE,
+    504: Status.UNAVAILABLE,
+}
+
+
+def _error_code_name(code: int | None) -> str:
+    if code is None:
+        return "unknown code"
+    try:
+        return h2.errors.ErrorCodes(code).name
+    except (ValueError, TypeError):
+        return str(code)
+
+
+def status_from_headers(headers: Mapping[str, str]) -> GrpcError | None:
+    """The call's outcome from trailers (or trailers-only headers): ``None`` for OK."""
+    status = Status.of(headers.get("grpc-status"))
+    if "grpc-status" not in headers:
+        return GrpcError(Status.INTERNAL, "the server ended the call without a grpc-status")
+    if status is Status.OK:
+        return None
+    return GrpcError(status, decode_grpc_message(headers.get("grpc-message", "")))
+
+
+class H2Stream:
+    """One gRPC call on an :class:`H2Connection`, from either end."""
+
+    __slots__ = (
+        "_conn",
+        "_decoder",
+        "_failure",
+        "_held",
+        "_lot",
+        "_messages",
+        "_queued",
+        "client",
+        "headers",
+        "headers_sent",
+        "local_ended",
+        "remote_ended",
+        "stream_id",
+        "trailers",
+    )
+
+    def __init__(self, conn: H2Connection, stream_id: int, *, client: bool) -> None:
+        self._conn = conn
+        self.stream_id = stream_id
+        self.client = client
+        self.headers: dict[str, str] | None = None
+        """Request headers (server side) or response headers (client side)."""
+        self.trailers: dict[str, str] | None = None
+        """The response trailers (client side), including a trailers-only response."""
+        self.headers_sent = False
+        """Server side: whether the response headers went out."""
+        self.local_ended = False
+        self.remote_ended = False
+        self._decoder = MessageDecoder(conn.settings.max_message_size)
+        self._messages: collections.deque[bytes] = collections.deque()
+        self._queued = 0
+        self._held = 0
+        self._failure: BaseException | None = None
+        self._lot = trio.lowlevel.ParkingLot()
+
+    @property
+    def connection(self) -> H2Connection:
+        return self._conn
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the stream failed, once it has."""
+        return self._failure
+
+    # ----------------------------------------------------------------- reading
+
+    async def receive_message(self) -> bytes | None:
+        """The next message, or ``None`` once the peer ended its side with success.
+
+        Messages that arrived before a reset or a connection loss are still returned
+        first. On the client side the end of the stream carries the call's status.
+
+        Raises:
+            GrpcError: the call ended with a non-OK status (or a message was refused).
+            ConnectionLost: the stream or the connection went away without a status.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while True:
+            if self._messages:
+                return self._take()
+            if self._failure is not None:
+                raise again(self._failure)
+            if self.remote_ended:
+                if self.client:
+                    error = status_from_headers(self.trailers or {})
+                    if error is not None:
+                        raise error
+                return None
+            await self._lot.park()
+
+    async def wait_headers(self) -> dict[str, str]:
+        """Client side: the response headers, once they arrive.
+
+        Raises:
+            GrpcError: a trailers-only response with a non-OK status.
+            ConnectionLost: as :meth:`receive_message`.
+        """
+        while self.headers is None:
+            if self._failure is not None:
+                raise again(self._failure)
+            await self._lot.park()
+        if self.trailers is not None and self.trailers is self.headers:
+            error = status_from_headers(self.trailers)
+            if error is not None:
+                raise error
+        return self.headers
+
+    def _take(self) -> bytes:
+        message = self._messages.popleft()
+        self._queued -= len(message)
+        if self._held and self._queued <= self._conn.settings.stream_window:
+            held, self._held = self._held, 0
+            self._conn.acknowledge(self.stream_id, held)
+            self._conn.flush_soon()
+        return message
+
+    # ----------------------------------------------------------------- writing
+
+    async def send_message(self, message: bytes, *, end: bool = False) -> None:
+        """Send one message whole (even if the caller is cancelled meanwhile).
+
+        Raises:
+            ConnectionLost, GrpcError: the stream or the connection failed.
+        """
+        await self._conn.send_message(self, message, end)
+
+    async def end(self) -> None:
+        """Client side: half-close (no more messages from this side)."""
+        if self.local_ended:
+            return
+        self._conn.end_stream(self)
+        await self._conn.flush()
+
+    async def send_headers(self, metadata: Iterable[tuple[str, str]] = ()) -> None:
+        """Server side: send the response headers now (idempotent)."""
+        if not self.headers_sent:
+            self._conn.send_response_headers(self, metadata)
+            await self._conn.flush()
+
+    def finish(self, status: Status, message: str = "") -> None:
+        """Server side: end the call with ``status`` (trailers; trailers-only if no headers
+        went out). Synchronous; the connection writes it soon. Idempotent."""
+        self._conn.send_trailers(self, status, message)
+
+    def cancel(self) -> None:
+        """Reset the stream (RST_STREAM CANCEL) unless it is already over. Synchronous."""
+        self._conn.reset(self, h2.errors.ErrorCodes.CANCEL)
+
+    # ----------------------------------------------------------------- from the reader
+
+    def _on_headers(self, headers: dict[str, str], end: bool) -> None:
+        if self.headers is None:
+            self.headers = headers
+            if self.client:
+                http_status = headers.get(":status", "200")
+                if http_status != "200" and "grpc-status" not in headers:
+                    code = _HTTP_STATUS.get(int(http_status), Status.UNKNOWN)
+                    self._fail(GrpcError(code, f"HTTP status {http_status} from the server"))
+                elif "grpc-status" in headers:
+                    self.trailers = headers  # trailers-only response
+        else:
+            self.trailers = headers
+        if end:
+            self._on_end()
+        self._lot.unpark_all()
+
+    def _on_data(self, data: bytes, flow: int) -> None:
+        if self._failure is not None:
+            self._conn.acknowledge(self.stream_id, flow)
+            return
+        try:
+            for message in self._decoder.feed(data):
+                self._messages.append(message)
+                self._queued += len(message)
+        except GrpcError as exc:
+            self._conn.acknowledge(self.stream_id, flow)
+            self._conn.refuse(self, exc)
+            return
+        if self._queued > self._conn.settings.stream_window:
+            self._held += flow
+        else:
+            self._conn.acknowledge(self.stream_id, flow)
+        self._lot.unpark_all()
+
+    def _on_end(self) -> None:
+        self.remote_ended = True
+        if self._decoder.partial and self._failure is None:
+            self._failure = GrpcError(
+                Status.INTERNAL, "the stream ended in the middle of a message"
+            )
+        self._lot.unpark_all()
+
+    def _on_reset(self, code: int | None) -> None:
+        if self.remote_ended and (not self.client or self.trailers is not None):
+            # A reset after a complete call (RST_STREAM NO_ERROR after trailers): the
+            # status already says how it ended.
+            self._lot.unpark_all()
+            return
+        self._fail(ConnectionLost(f"the peer reset the stream ({_error_code_name(code)})"))
+
+    def _fail(self, failure: BaseException) -> None:
+        if self._failure is None:
+            self._failure = failure
+        self._lot.unpark_all()
+
+
+class H2Connection:
+    """One HTTP/2 connection carrying gRPC calls, as client or as server.
+
+    Args:
+        transport: the byte stream (the connection owns and closes it).
+        client: which role this side plays.
+        settings: limits, windows and keepalive.
+        authority: client side: the ``:authority`` of every request.
+        on_request: server side: called (synchronously, in the reader) with each new
+            stream; it starts the handler in :attr:`nursery`.
+        label: how errors name the peer (``tcp://host:port``).
+    """
+
+    def __init__(
+        self,
+        transport: trio.abc.Stream,
+        *,
+        client: bool,
+        settings: GrpcSettings,
+        authority: str = "localhost",
+        on_request: Callable[[H2Stream], None] | None = None,
+        label: str = "",
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.authority = authority
+        self.label = label
+        self._transport = transport
+        self._request_callback = on_request
+        config = h2.config.H2Configuration(
+            client_side=client,
+            header_encoding="utf-8",
+            validate_inbound_headers=False,
+        )
+        self._h2 = h2.connection.H2Connection(config)
+        self._h2.local_settings = h2.settings.Settings(
+            client=client,
+            initial_values={
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: settings.stream_window,
+                h2.settings.SettingCodes.MAX_FRAME_SIZE: settings.max_frame_size,
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: settings.max_concurrent_streams,
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+            },
+        )
+        self._streams: dict[int, H2Stream] = {}
+        self._failure: ConnectionLost | None = None
+        self._outbox: list[bytes] = []
+        self._queued_seq = 0
+        self._written_seq = 0
+        self._writing = False
+        self._written = trio.lowlevel.ParkingLot()
+        self._window = trio.lowlevel.ParkingLot()
+        self._inbound_at = 0.0
+        self._nursery: trio.Nursery | None = None
+        self._ping_ids = itertools.count(1)
+        self.closed = trio.Event()
+        """Set once the connection has ended."""
+
+    # ----------------------------------------------------------------- lifetime
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        assert self._nursery is not None, "the connection is not running"
+        return self._nursery
+
+    @property
+    def failure(self) -> ConnectionLost | None:
+        """Why the connection ended, once it has."""
+        return self._failure
+
+    @property
+    def open_streams(self) -> int:
+        return len(self._streams)
+
+    def streams(self) -> list[H2Stream]:
+        """The streams currently open."""
+        return list(self._streams.values())
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the connection until it ends (then every stream has failed).
+
+        ``task_status.started()`` is called once the connection preface is written.
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._inbound_at = trio.current_time()
+                self._h2.initiate_connection()
+                extra = self.settings.connection_window - _DEFAULT_WINDOW
+                if extra > 0:
+                    self._h2.increment_flow_control_window(extra)
+                await self.flush()
+                nursery.start_soon(self._read)
+                if self.settings.keepalive_interval is not None:
+                    nursery.start_soon(self._keepalive)
+                task_status.started()
+        finally:
+            self._terminate(ConnectionLost("the connection was closed"))
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self._transport)
+            self.closed.set()
+
+    async def aclose(self, reason: str = "the connection was closed by this side") -> None:
+        """Say GOAWAY (bounded by ``write_timeout``) and end the connection."""
+        if self._failure is None:
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self._h2.close_connection()
+            with contextlib.suppress(ConnectionLost):
+                await self.flush()
+        self._terminate(ConnectionLost(reason))
+
+    def abort(self, reason: str) -> None:
+        """End the connection at once, writing nothing more."""
+        self._terminate(ConnectionLost(reason))
+
+    def _terminate(self, failure: ConnectionLost) -> ConnectionLost:
+        if self._failure is not None:
+            return self._failure
+        self._failure = failure
+        streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            stream._fail(failure)
+        self._written.unpark_all()
+        self._window.unpark_all()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+        return failure
+
+    def _lost(self, what: str) -> ConnectionLost:
+        where = f" with {self.label}" if self.label else ""
+        return ConnectionLost(f"{what}{where}")
+
+    # ----------------------------------------------------------------- streams
+
+    def open_stream(self, headers: Headers) -> H2Stream:
+        """Client side: start a call with ``headers`` (the caller flushes).
+
+        Raises:
+            ConnectionLost: the connection is gone or refuses new streams.
+        """
+        if self._failure is not None:
+            raise again(self._failure)
+        try:
+            stream_id = self._h2.get_next_available_stream_id()
+            self._h2.send_headers(stream_id, headers)
+        except h2.exceptions.TooManyStreamsError:
+            raise ConnectionLost(
+                "the server allows no more concurrent calls on this connection"
+            ) from None
+        except h2.exceptions.ProtocolError as exc:
+            raise self._lost(f"cannot start a call: {exc}") from None
+        stream = H2Stream(self, stream_id, client=True)
+        self._streams[stream_id] = stream
+        return stream
+
+    def client_headers(
+        self, path: str, metadata: Mapping[str, str], timeout: str | None
+    ) -> Headers:
+        """The request headers of a gRPC call."""
+        headers: Headers = [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", self.authority),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+            ("user-agent", "trio-rlmesh"),
+        ]
+        if timeout is not None:
+            headers.append(("grpc-timeout", timeout))
+        headers.extend((key, value) for key, value in metadata.items())
+        return headers
+
+    async def send_message(self, stream: H2Stream, message: bytes, end: bool) -> None:
+        self._check_sendable(stream)
+        payload = frame(message)
+        sid = stream.stream_id
+        try:
+            room = min(self._h2.local_flow_control_window(sid), self._h2.max_outbound_frame_size)
+            if len(payload) <= room:
+                self._h2.send_data(sid, payload, end_stream=end)
+            else:
+                await self._send_chunks(stream, memoryview(payload), end)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            raise self._stream_gone(stream) from None
+        if end:
+            stream.local_ended = True
+            self._maybe_forget(stream)
+        await self.flush()
+
+    async def _send_chunks(self, stream: H2Stream, payload: memoryview, end: bool) -> None:
+        deadline = trio.current_time() + self.settings.write_timeout
+        with trio.CancelScope(shield=True, deadline=deadline) as scope:
+            sid = stream.stream_id
+            while payload:
+                self._check_sendable(stream)
+                room = min(
+                    self._h2.local_flow_control_window(sid), self._h2.max_outbound_frame_size
+                )
+                if room <= 0:
+                    await self.flush()
+                    await self._window.park()
+                    continue
+                chunk, payload = payload[:room], payload[room:]
+                self._h2.send_data(sid, chunk, end_stream=end and not payload)
+        if scope.cancelled_caught:
+            raise self._terminate(
+                self._lost(
+                    f"the peer accepted no data for {self.settings.write_timeout:g} s "
+                    "(flow control)"
+                )
+            )
+
+    def _check_sendable(self, stream: H2Stream) -> None:
+        if self._failure is not None:
+            raise again(self._failure)
+        if stream.failure is not None:
+            raise again(stream.failure)
+        if stream.local_ended:
+            raise ConnectionLost("this side already ended the stream")
+
+    def _stream_gone(self, stream: H2Stream) -> BaseException:
+        if self._failure is not None:
+            return again(self._failure)
+        if stream.failure is not None:
+            return again(stream.failure)
+        failure = ConnectionLost("the peer closed the stream")
+        stream._fail(failure)
+        return failure
+
+    def end_stream(self, stream: H2Stream) -> None:
+        if stream.local_ended or self._failure is not None:
+            return
+        stream.local_ended = True
+        with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            self._h2.end_stream(stream.stream_id)
+        self._maybe_forget(stream)
+
+    def send_response_headers(self, stream: H2Stream, metadata: Iterable[tuple[str, str]]) -> None:
+        if stream.headers_sent or stream.local_ended or self._failure is not None:
+            return
+        stream.headers_sent = True
+        headers = [(":status", "200"), ("content-type", "application/grpc"), *metadata]
+        with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            self._h2.send_headers(stream.stream_id, headers)
+
+    def send_trailers(self, stream: H2Stream, status: Status, message: str) -> None:
+        if stream.local_ended or self._failure is not None:
+            return
+        trailers: Headers = [("grpc-status", str(int(status)))]
+        if message:
+            trailers.append(("grpc-message", encode_grpc_message(message)))
+        if not stream.headers_sent:
+            stream.headers_sent = True
+            trailers = [(":status", "200"), ("content-type", "application/grpc"), *trailers]
+        stream.local_ended = True
+        try:
+            self._h2.send_headers(stream.stream_id, trailers, end_stream=True)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            pass
+        else:
+            if not stream.remote_ended:
+                # The client is still sending: tell it to stop (the gRPC way after a
+                # server has finished early).
+                with contextlib.suppress(
+                    h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError
+                ):
+                    self._h2.reset_stream(stream.stream_id, h2.errors.ErrorCodes.NO_ERROR)
+        self._forget(stream)
+        self.flush_soon()
+
+    def refuse(self, stream: H2Stream, error: GrpcError) -> None:
+        """A message on ``stream`` was refused: end the call with ``error`` at once."""
+        stream._fail(error)
+        if self.client:
+            self.reset(stream, h2.errors.ErrorCodes.CANCEL)
+        else:
+            self.send_trailers(stream, error.status, error.message)
+
+    def reset(self, stream: H2Stream, code: int) -> None:
+        if self._failure is not None or stream.stream_id not in self._streams:
+            return
+        if not (stream.local_ended and stream.remote_ended):
+            with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+                self._h2.reset_stream(stream.stream_id, code)
+        stream.local_ended = True
+        stream._fail(ConnectionLost("the stream was cancelled by this side"))
+        self._forget(stream)
+        self.flush_soon()
+
+    def acknowledge(self, stream_id: int, flow: int) -> None:
+        if flow and self._failure is None:
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self._h2.acknowledge_received_data(flow, stream_id)
+
+    def _maybe_forget(self, stream: H2Stream) -> None:
+        if stream.local_ended and stream.remote_ended:
+            self._forget(stream)
+
+    def _forget(self, stream: H2Stream) -> None:
+        self._streams.pop(stream.stream_id, None)
+
+    # ----------------------------------------------------------------- writing
+
+    def _collect(self) -> None:
+        data = self._h2.data_to_send()
+        if data:
+            self._outbox.append(data)
+            self._queued_seq += 1
+
+    def flush_soon(self) -> None:
+        """Have what h2 queued written soon, from a synchronous context."""
+        self._collect()
+        if self._outbox and not self._writing and self._nursery is not None:
+            self._nursery.start_soon(self._flush_quietly)
+
+    async def _flush_quietly(self) -> None:
+        with contextlib.suppress(ConnectionLost):
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write everything queued so far; return once it is on the wire.
+
+        Raises:
+            ConnectionLost: the connection failed (before or while writing).
+        """
+        self._collect()
+        if not self._outbox:
+            if self._failure is not None:
+                raise again(self._failure)
+            return
+        target = self._queued_seq
+        if self._writing:
+            while self._written_seq < target:
+                if self._failure is not None:
+                    raise again(self._failure)
+                await self._written.park()
+            return
+        self._writing = True
+        try:
+            deadline = trio.current_time() + self.settings.write_timeout
+            with trio.CancelScope(shield=True, deadline=deadline) as scope:
+                while self._outbox and self._failure is None:
+                    data = self._outbox[0] if len(self._outbox) == 1 else b"".join(self._outbox)
+                    written = self._queued_seq
+                    self._outbox.clear()
+                    await self._transport.send_all(data)
+                    self._written_seq = written
+                    self._written.unpark_all()
+                    self._collect()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise self._terminate(
+                self._lost(f"the connection broke while writing ({exc})")
+            ) from None
+        finally:
+            self._writing = False
+        if scope.cancelled_caught:
+            raise self._terminate(
+                self._lost(f"the peer read nothing for {self.settings.write_timeout:g} s")
+            )
+        if self._failure is not None:
+            raise again(self._failure)
+
+    # ----------------------------------------------------------------- reading
+
+    async def _read(self) -> None:
+        failure: ConnectionLost | None = None
+        dispatch = self._dispatch
+        try:
+            while self._failure is None:
+                data = await self._transport.receive_some(_READ_SIZE)
+                if not data:
+                    failure = self._lost("the peer closed the connection")
+                    break
+                self._inbound_at = trio.current_time()
+                try:
+                    events = self._h2.receive_data(data)
+                except h2.exceptions.ProtocolError as exc:
+                    self._collect()
+                    failure = self._lost(f"the peer broke the HTTP/2 protocol ({exc})")
+                    with contextlib.suppress(ConnectionLost):
+                        await self.flush()
+                    break
+                for event in events:
+                    dispatch[type(event)](self, event)
+                await self.flush()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            failure = self._lost(f"the connection broke ({exc})")
+        except ConnectionLost as exc:
+            failure = exc
+        if failure is not None:
+            self._terminate(failure)
+
+    def _stream_for(self, stream_id: int) -> H2Stream | None:
+        return self._streams.get(stream_id)
+
+    def _on_request(self, event: h2.events.RequestReceived) -> None:
+        stream = H2Stream(self, event.stream_id, client=False)
+        stream.headers = _header_dict(event.headers)
+        self._streams[event.stream_id] = stream
+        if event.stream_ended is not None:
+            stream.remote_ended = True
+        if self._request_callback is None:
+            self.send_trailers(stream, Status.UNIMPLEMENTED, "this side serves no calls")
+            return
+        self._request_callback(stream)
+
+    def _on_response(self, event: h2.events.ResponseReceived | h2.events.TrailersReceived) -> None:
+        stream = self._stream_for(event.stream_id)
+        if stream is not None:
+            stream._on_headers(_header_dict(event.headers), event.stream_ended is not None)
+            self._maybe_forget(stream)
+
+    def _on_data(self, event: h2.events.DataReceived) -> None:
+        stream = self._stream_for(event.stream_id)
+        flow = event.flow_controlled_length or 0
+        if stream is None:
+            self.acknowledge(event.stream_id, flow)
+            return
+        stream._on_data(event.data or b"", flow)
+
+    def _on_stream_ended(self, event: h2.events.StreamEnded) -> None:
+        stream = self._stream_for(event.stream_id)
+        if stream is not None and not stream.remote_ended:
+            stream._on_end()
+            self._maybe_forget(stream)
+
+    def _on_stream_reset(self, event: h2.events.StreamReset) -> None:
+        stream = self._streams.pop(event.stream_id, None)
+        if stream is not None:
+            stream.local_ended = True
+            stream._on_reset(event.error_code)
+
+    def _on_window(self, event: Any) -> None:
+        self._window.unpark_all()
+
+    def _on_goaway(self, event: h2.events.ConnectionTerminated) -> None:
+        detail = (event.additional_data or b"").decode("utf-8", "replace").strip()
+        code = _error_code_name(event.error_code)
+        what = "closed the connection" if code == "NO_ERROR" else f"ended the connection ({code})"
+        self._terminate(self._lost(f"the peer {what}" + (f": {detail}" if detail else "")))
+
+    def _ignore(self, event: Any) -> None:
+        pass
+
+    _dispatch: Final[dict[type[h2.events.Event], Callable[[H2Connection, Any], None]]] = (
+        collections.defaultdict(
+            lambda: H2Connection._ignore,
+            {
+                h2.events.RequestReceived: _on_request,
+                h2.events.ResponseReceived: _on_response,
+                h2.events.TrailersReceived: _on_response,
+                h2.events.DataReceived: _on_data,
+                h2.events.StreamEnded: _on_stream_ended,
+                h2.events.StreamReset: _on_stream_reset,
+                h2.events.WindowUpdated: _on_window,
+                h2.events.RemoteSettingsChanged: _on_window,
+                h2.events.ConnectionTerminated: _on_goaway,
+            },
+        )
+    )
+
+    # ----------------------------------------------------------------- keepalive
+
+    async def _keepalive(self) -> None:
+        interval = self.settings.keepalive_interval
+        timeout = self.settings.keepalive_timeout
+        assert interval is not None
+        while self._failure is None:
+            await trio.sleep_until(self._inbound_at + interval)
+            now = trio.current_time()
+            if now < self._inbound_at + interval:
+                continue
+            if not self._streams:
+                # Nothing to protect: an idle connection is not pinged.
+                self._inbound_at = now
+                continue
+            self._h2.ping(next(self._ping_ids).to_bytes(8, "big"))
+            with contextlib.suppress(ConnectionLost):
+                await self.flush()
+            await trio.sleep_until(now + timeout)
+            if self._inbound_at < now:
+                self._terminate(
+                    self._lost(
+                        f"the peer sent nothing for {interval + timeout:g} s and did not answer "
+                        f"a keepalive PING within {timeout:g} s (frozen or unreachable)"
+                    )
+                )
+                return
+
+
+def _header_dict(headers: Iterable[tuple[Any, Any]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in headers:
+        name = key.decode("latin-1") if isinstance(key, bytes) else str(key)
+        text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+        out[name.lower()] = text
+    return out

@@ -1,0 +1,183 @@
+"""The Join-stream multiplexer both clients (env and model) use.
+
+A Join stream carries many requests at once; replies come back in completion order and
+are matched to their request by ``request_id``. Theory of operation:
+
+* one reader task owns the receiving side: it decodes every reply and completes the
+  waiter registered under its id; a reply nobody waits for any more (its caller was
+  cancelled or timed out) is counted as stale and dropped, which keeps the stream in sync;
+* a request registers its waiter, then sends its message shielded: a cancelled caller
+  never leaves half a message on the stream (the backends write a message whole);
+* when the stream ends or fails, every waiter fails with the cause, and the multiplexer
+  stays failed: later requests fail at once with the same cause. Replies that arrived
+  before the failure (an in-band error sent right before a reset) are still delivered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import attrs
+import outcome
+import trio
+
+from ._backend import ClientCall
+from ._status import ConnectionLost, again
+
+__all__ = ["JoinMux", "JoinStatistics"]
+
+_R = TypeVar("_R")
+
+
+@attrs.frozen
+class JoinStatistics:
+    """A snapshot of one Join stream's traffic."""
+
+    requests_sent: int
+    """Requests written (including ConfigureEnv and Close for an env)."""
+    replies_received: int
+    """Replies read, stale ones included."""
+    stale_replies: int
+    """Replies dropped because nobody waited for their id any more."""
+    in_flight: int
+    """Requests waiting for their reply right now."""
+
+
+class _Waiter:
+    """One request's pending reply: a task parked until the reader delivers an outcome."""
+
+    __slots__ = ("result", "task")
+
+    def __init__(self) -> None:
+        self.task: trio.lowlevel.Task | None = None
+        self.result: outcome.Outcome[Any] | None = None
+
+    def deliver(self, result: outcome.Outcome[Any]) -> None:
+        if self.result is not None:
+            return
+        self.result = result
+        if self.task is not None:
+            task, self.task = self.task, None
+            trio.lowlevel.reschedule(task, result)
+
+    async def wait(self) -> Any:
+        if self.result is not None:
+            await trio.lowlevel.checkpoint()
+            return self.result.unwrap()
+        self.task = trio.lowlevel.current_task()
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            self.task = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return await trio.lowlevel.wait_task_rescheduled(abort)
+
+
+class JoinMux(Generic[_R]):
+    """Requests and replies on one Join call, matched by request id.
+
+    Args:
+        call: the open Join call.
+        decode: turns a reply's bytes into a reply (raising a transport error if it can't).
+        reply_id: the request id a reply answers.
+    """
+
+    def __init__(
+        self,
+        call: ClientCall,
+        decode: Callable[[bytes], _R],
+        reply_id: Callable[[_R], str],
+    ) -> None:
+        self.call = call
+        self._decode = decode
+        self._reply_id = reply_id
+        self._pending: dict[str, _Waiter] = {}
+        self._failure: BaseException | None = None
+        self._reader: trio.CancelScope | None = None
+        self._finished = trio.Event()
+        self.closing = False
+        """Set before a deliberate end (Close), so the stream's end is not reported as a loss."""
+        self.sent = 0
+        self.received = 0
+        self.stale = 0
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the stream failed, once it has."""
+        return self._failure
+
+    def statistics(self) -> JoinStatistics:
+        return JoinStatistics(self.sent, self.received, self.stale, len(self._pending))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The reader task: run it in a nursery with ``nursery.start``."""
+        failure: BaseException = ConnectionLost("the client closed the Join stream")
+        try:
+            with trio.CancelScope() as self._reader:
+                task_status.started()
+                while True:
+                    data = await self.call.receive_message()
+                    if data is None:
+                        failure = ConnectionLost("the server ended the Join stream")
+                        break
+                    self.received += 1
+                    reply = self._decode(data)
+                    waiter = self._pending.pop(self._reply_id(reply), None)
+                    if waiter is None:
+                        self.stale += 1
+                    else:
+                        waiter.deliver(outcome.Value((reply, len(data))))
+        except Exception as exc:
+            failure = exc
+        finally:
+            self._fail(failure)
+            self._finished.set()
+
+    def _fail(self, failure: BaseException) -> None:
+        if self._failure is None:
+            self._failure = failure
+        pending, self._pending = self._pending, {}
+        for waiter in pending.values():
+            waiter.deliver(outcome.Error(again(failure)))
+
+    async def request(self, request_id: str, data: bytes, *, end: bool = False) -> tuple[_R, int]:
+        """Send one request and wait for its reply; returns the reply and its size.
+
+        Raises:
+            ValueError: ``request_id`` is already in flight.
+            GrpcError, ConnectionLost, or the decode error: the stream failed.
+        """
+        if self._failure is not None:
+            raise again(self._failure)
+        if request_id in self._pending:
+            raise ValueError(f"request id {request_id!r} is already in flight")
+        waiter = _Waiter()
+        self._pending[request_id] = waiter
+        try:
+            with trio.CancelScope(shield=True):
+                await self.call.send_message(data, end=end)
+            self.sent += 1
+            reply: tuple[_R, int] = await waiter.wait()
+            return reply
+        except BaseException as exc:
+            if isinstance(exc, ConnectionLost) and self._failure is not None:
+                # A send that failed because the stream is gone: report why it went.
+                raise again(self._failure) from None
+            raise
+        finally:
+            if self._pending.get(request_id) is waiter:
+                del self._pending[request_id]
+
+    async def aclose(self, *, grace: float = 1.0) -> None:
+        """Stop reading (after up to ``grace`` seconds for the server to end the stream)
+        and cancel the call. Never raises."""
+        with trio.CancelScope(shield=True):
+            if self.closing and not self._finished.is_set():
+                with trio.move_on_after(grace):
+                    await self._finished.wait()
+            if self._reader is not None:
+                self._reader.cancel()
+            with contextlib.suppress(Exception):
+                await self.call.aclose()
