@@ -27,7 +27,6 @@ import betterproto2
 import trio
 
 from ..._errors import EnvError, Error, OperationTimeout, ProtocolError, SpecError, TransportError
-from ..._nursery import background_nursery
 from ...protocol import (
     CAP_SUBSET_STEP,
     COMPONENT_ENV,
@@ -162,7 +161,6 @@ class EnvClient:
     def __init__(
         self,
         channel: Channel,
-        nursery: trio.Nursery,
         *,
         address: str,
         contract: core_v1.EnvContract,
@@ -173,7 +171,6 @@ class EnvClient:
         request_timeout: float | None = None,
     ) -> None:
         self._channel = channel
-        self._nursery = nursery
         self._metadata = metadata
         self.address = address
         self.contract = contract
@@ -234,7 +231,7 @@ class EnvClient:
         mux: JoinMux[env_v1.JoinResponse] = JoinMux(
             call, lambda data: decode(env_v1.JoinResponse, data), _request_id
         )
-        await self._nursery.start(mux.run)
+        mux.start()
         # ConfigureEnv goes first, as the 0.1.0 runtime sends it. Its reply also proves
         # the server accepted the stream (a busy or unauthorised Join ends with a status).
         configure = env_v1.JoinRequest(
@@ -303,11 +300,14 @@ class EnvClient:
             raise TransportError(
                 f"{operation} on {self.address}: the env client is closed", **context
             )
-        local = math.inf if timeout is None else timeout + LOCAL_TIMEOUT_GRACE
         try:
-            with trio.fail_after(local):
+            if timeout is None:
                 mux = await self._join()
                 response, sent, received = await self._roundtrip(mux, request)
+            else:
+                with trio.fail_after(timeout + LOCAL_TIMEOUT_GRACE):
+                    mux = await self._join()
+                    response, sent, received = await self._roundtrip(mux, request)
         except trio.TooSlowError:
             raise OperationTimeout(
                 f"{operation} on {self.address} got no reply within {timeout:g} s "
@@ -581,27 +581,25 @@ async def open_env_client(
                 exc, token_sent=metadata is not None, service=_SERVICE, **context
             ) from exc
         base, contract, edition = _validate_handshake(response, editions, display)
-        async with background_nursery() as nursery:
-            client = EnvClient(
-                channel,
-                nursery,
-                address=display,
-                contract=contract,
-                capabilities=dict(base.capabilities),
-                workflow_edition=edition,
-                server_info=base.peer_info or core_v1.PeerInfo(),
-                metadata=metadata,
-                request_timeout=request_timeout,
-            )
-            try:
-                yield client
-            finally:
-                with (
-                    trio.CancelScope(shield=True),
-                    contextlib.suppress(Error),
-                    trio.move_on_after(DEFAULT_CLOSE_TIMEOUT),
-                ):
-                    await client.close()
+        client = EnvClient(
+            channel,
+            address=display,
+            contract=contract,
+            capabilities=dict(base.capabilities),
+            workflow_edition=edition,
+            server_info=base.peer_info or core_v1.PeerInfo(),
+            metadata=metadata,
+            request_timeout=request_timeout,
+        )
+        try:
+            yield client
+        finally:
+            with (
+                trio.CancelScope(shield=True),
+                contextlib.suppress(Error),
+                trio.move_on_after(DEFAULT_CLOSE_TIMEOUT),
+            ):
+                await client.close()
 
 
 class EnvClientRuntimeEnv:

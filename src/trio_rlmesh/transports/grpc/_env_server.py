@@ -183,6 +183,8 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
         self.tracker = EpisodeTracker(
             backend.num_lanes, backend.autoreset is core_v1.AutoresetMode.NEXT_STEP
         )
+        self.concurrent = backend.lanes_individually and backend.num_lanes > 1
+        """Requests for different lanes run concurrently (one lane's run in order anyway)."""
 
     async def handle(self, request: env_v1.JoinRequest, received_ns: int, decode_ns: int) -> None:
         context = _Request(request.request_id, received_ns, decode_ns)
@@ -191,7 +193,7 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
             await self.wait_tasks()
             await self._answer(context, self._close())
             self.end_session()
-        elif self.backend.lanes_individually and kind in ("reset", "step", "render"):
+        elif self.concurrent and kind in ("reset", "step", "render"):
             self.spawn(self._serve, request, context)
         else:
             await self.inline(self._serve, request, context)
@@ -226,7 +228,8 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
         ):
             op = "env.reset_subset"
         try:
-            if not timeout_ms:
+            if not timeout_ms or self.service.lanes.inline:
+                # Inline env code cannot be interrupted, so no deadline scope for it.
                 return await handler(arm, context)
             # The deadline covers the wait for the env: when it passes, the late call keeps
             # its lane's worker and nothing after the wait (tracker included) runs for it.

@@ -172,16 +172,40 @@ class _Inbox:
         """Set once nothing more will come: ``_END`` for a clean end, else the failure."""
         self.headers: dict[str, str] | None = None
         self.lot = trio.lowlevel.ParkingLot()
+        self.sink: tuple[Callable[[bytes], None], Callable[[BaseException | None], None]] | None = (
+            None
+        )
 
     def put(self, item: bytes) -> None:
         self.items.append(item)
         self.size += len(item)
-        self.lot.unpark_all()
+        self.pump()
 
     def finish(self, end: BaseException) -> None:
         if self.end is None:
             self.end = end
-        self.lot.unpark_all()
+        self.pump()
+
+    def pump(self) -> None:
+        """Wake the reader, or (push delivery) hand everything to the sink."""
+        sink = self.sink
+        if sink is None:
+            self.lot.unpark_all()
+            return
+        on_message, on_end = sink
+        while self.items:
+            item = self.items.popleft()
+            self.size -= len(item)
+            try:
+                on_message(item)
+            except Exception as exc:
+                self.sink = None
+                self.end = exc
+                on_end(exc)
+                return
+        if self.end is not None:
+            self.sink = None
+            on_end(None if self.end is _END else self.end)
 
     def set_headers(self, headers: dict[str, str]) -> None:
         self.headers = headers
@@ -369,6 +393,14 @@ class GrpclibClientCall:
                 raise again(inbox.end)
             await inbox.lot.park()
         return inbox.headers
+
+    def deliver_to(
+        self,
+        on_message: Callable[[bytes], None],
+        on_end: Callable[[BaseException | None], None],
+    ) -> None:
+        self._pipe.inbox.sink = (on_message, on_end)
+        self._pipe.inbox.pump()
 
     async def aclose(self) -> None:
         if self._closed:

@@ -3,11 +3,12 @@
 A Join stream carries many requests at once; replies come back in completion order and
 are matched to their request by ``request_id``. Theory of operation:
 
-* one reader task owns the receiving side: it decodes every reply and completes the
-  waiter registered under its id; a reply nobody waits for any more (its caller was
-  cancelled or timed out) is counted as stale and dropped, which keeps the stream in sync;
-* a request registers its waiter, then sends its message shielded: a cancelled caller
-  never leaves half a message on the stream (the backends write a message whole);
+* replies are pushed by the backend (:meth:`~._backend.ClientCall.deliver_to`), in its own
+  task: each is decoded and completes the waiter registered under its id; a reply nobody
+  waits for any more (its caller was cancelled or timed out) is counted as stale and
+  dropped, which keeps the stream in sync;
+* a request registers its waiter, then sends its message; the backends write a message
+  whole even when its sender is cancelled, so the stream never carries half a message;
 * when the stream ends or fails, every waiter fails with the cause, and the multiplexer
   stays failed: later requests fail at once with the same cause. Replies that arrived
   before the failure (an in-band error sent right before a reset) are still delivered.
@@ -95,7 +96,6 @@ class JoinMux(Generic[_R]):
         self._reply_id = reply_id
         self._pending: dict[str, _Waiter] = {}
         self._failure: BaseException | None = None
-        self._reader: trio.CancelScope | None = None
         self._finished = trio.Event()
         self.closing = False
         """Set before a deliberate end (Close), so the stream's end is not reported as a loss."""
@@ -111,29 +111,23 @@ class JoinMux(Generic[_R]):
     def statistics(self) -> JoinStatistics:
         return JoinStatistics(self.sent, self.received, self.stale, len(self._pending))
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The reader task: run it in a nursery with ``nursery.start``."""
-        failure: BaseException = ConnectionLost("the client closed the Join stream")
-        try:
-            with trio.CancelScope() as self._reader:
-                task_status.started()
-                while True:
-                    data = await self.call.receive_message()
-                    if data is None:
-                        failure = ConnectionLost("the server ended the Join stream")
-                        break
-                    self.received += 1
-                    reply = self._decode(data)
-                    waiter = self._pending.pop(self._reply_id(reply), None)
-                    if waiter is None:
-                        self.stale += 1
-                    else:
-                        waiter.deliver(outcome.Value((reply, len(data))))
-        except Exception as exc:
-            failure = exc
-        finally:
-            self._fail(failure)
-            self._finished.set()
+    def start(self) -> None:
+        """Start receiving: replies are delivered by the backend as they arrive."""
+        self.call.deliver_to(self._on_reply, self._on_end)
+
+    def _on_reply(self, data: bytes) -> None:
+        # Runs in the backend's own task: no task switch between a reply and its waiter.
+        self.received += 1
+        reply = self._decode(data)
+        waiter = self._pending.pop(self._reply_id(reply), None)
+        if waiter is None:
+            self.stale += 1
+        else:
+            waiter.deliver(outcome.Value((reply, len(data))))
+
+    def _on_end(self, end: BaseException | None) -> None:
+        self._fail(end if end is not None else ConnectionLost("the server ended the Join stream"))
+        self._finished.set()
 
     def _fail(self, failure: BaseException) -> None:
         if self._failure is None:
@@ -156,8 +150,7 @@ class JoinMux(Generic[_R]):
         waiter = _Waiter()
         self._pending[request_id] = waiter
         try:
-            with trio.CancelScope(shield=True):
-                await self.call.send_message(data, end=end)
+            await self.call.send_message(data, end=end)
             self.sent += 1
             reply: tuple[_R, int] = await waiter.wait()
             return reply
@@ -171,13 +164,12 @@ class JoinMux(Generic[_R]):
                 del self._pending[request_id]
 
     async def aclose(self, *, grace: float = 1.0) -> None:
-        """Stop reading (after up to ``grace`` seconds for the server to end the stream)
-        and cancel the call. Never raises."""
+        """Stop (after up to ``grace`` seconds for the server to end the stream, when
+        closing) and cancel the call. Never raises."""
         with trio.CancelScope(shield=True):
             if self.closing and not self._finished.is_set():
                 with trio.move_on_after(grace):
                     await self._finished.wait()
-            if self._reader is not None:
-                self._reader.cancel()
             with contextlib.suppress(Exception):
                 await self.call.aclose()
+            self._fail(ConnectionLost("the client closed the Join stream"))

@@ -10,11 +10,16 @@ from __future__ import annotations
 import math
 
 import trio
-import trio.testing
 
 from ._status import ConnectionLost
 
-__all__ = ["MemoryListener", "connect_memory", "listen_memory"]
+__all__ = [
+    "MemoryListener",
+    "MemoryStream",
+    "connect_memory",
+    "listen_memory",
+    "memory_stream_pair",
+]
 
 _LISTENERS: trio.lowlevel.RunVar[dict[str, MemoryListener]] = trio.lowlevel.RunVar(
     "trio_rlmesh_memory_listeners"
@@ -28,6 +33,61 @@ def _registry() -> dict[str, MemoryListener]:
         listeners: dict[str, MemoryListener] = {}
         _LISTENERS.set(listeners)
         return listeners
+
+
+class _Pipe:
+    """Bytes one way: an unbounded buffer, a reader waiting on it, and an end flag."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.closed = False
+        self.lot = trio.lowlevel.ParkingLot()
+
+
+class MemoryStream(trio.abc.Stream):
+    """One end of an in-memory byte stream pair (see :func:`memory_stream_pair`).
+
+    (``trio.testing`` has one too, but importing it imports pytest.)
+    """
+
+    def __init__(self, incoming: _Pipe, outgoing: _Pipe) -> None:
+        self._in = incoming
+        self._out = outgoing
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await trio.lowlevel.checkpoint()
+        if self._out.closed:
+            raise trio.ClosedResourceError("this end of the memory stream is closed")
+        self._out.buffer += data
+        self._out.lot.unpark_all()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while not self._in.buffer:
+            if self._in.closed:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return b""
+            await self._in.lot.park()
+        size = len(self._in.buffer) if max_bytes is None else max_bytes
+        data = bytes(self._in.buffer[:size])
+        del self._in.buffer[:size]
+        return data
+
+    async def aclose(self) -> None:
+        # Closing one end ends both directions, like a socket closing.
+        for pipe in (self._in, self._out):
+            pipe.closed = True
+            pipe.lot.unpark_all()
+        await trio.lowlevel.checkpoint()
+
+
+def memory_stream_pair() -> tuple[MemoryStream, MemoryStream]:
+    """Two connected in-memory byte streams."""
+    one, two = _Pipe(), _Pipe()
+    return MemoryStream(one, two), MemoryStream(two, one)
 
 
 class MemoryListener(trio.abc.Listener[trio.abc.Stream]):
@@ -81,6 +141,6 @@ async def connect_memory(name: str) -> trio.abc.Stream:
     listener = _registry().get(name)
     if listener is None:
         raise ConnectionLost(f"nothing listens at memory://{name}", refused=True)
-    client, server = trio.testing.memory_stream_pair()
+    client, server = memory_stream_pair()
     listener.deliver(server)
     return client

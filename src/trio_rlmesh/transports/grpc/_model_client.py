@@ -18,7 +18,6 @@ import betterproto2
 import trio
 
 from ..._errors import Error, ModelError, ProtocolError, SpecError
-from ..._nursery import background_nursery
 from ...model._handler import RouteNeeds
 from ...model._wire import wire_error_to_model
 from ...protocol import (
@@ -270,14 +269,13 @@ async def open_model_client(
         mux: JoinMux[model_v1.JoinResponse] = JoinMux(
             call, lambda reply: decode(model_v1.JoinResponse, reply), _request_id
         )
-        async with background_nursery() as nursery:
-            await nursery.start(mux.run)
-            client = ModelClient(channel, mux, shown, base, metadata)
-            try:
-                yield client
-            finally:
-                with trio.CancelScope(shield=True):
-                    await client._close(close_reason)
+        mux.start()
+        client = ModelClient(channel, mux, shown, base, metadata)
+        try:
+            yield client
+        finally:
+            with trio.CancelScope(shield=True):
+                await client._close(close_reason)
 
 
 class ModelClientRuntimeModel:

@@ -193,7 +193,6 @@ class JoinSession(Generic[_Req]):
         self.call = call
         self._nursery: trio.Nursery | None = None
         self._receiving = trio.CancelScope()
-        self._over = False
         self._tasks = 0
         self._tasks_done = trio.Event()
         self._tasks_done.set()
@@ -203,19 +202,21 @@ class JoinSession(Generic[_Req]):
         await self.call.send_initial_metadata()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            while not self._over:
-                with trio.CancelScope() as self._receiving:
+            # One scope for the whole loop (cheaper than one per message): end_session
+            # cancels it, and is only called where nothing of the loop is left to run.
+            with self._receiving:
+                while True:
                     data = await self.call.receive_message()
-                if self._receiving.cancelled_caught or data is None:
-                    break
-                if self.core.draining:
-                    # Stopping: no new work; what is in progress still gets its answer.
-                    await self.wait_tasks()
-                    self.core.refuse_if_draining()
-                received = time.perf_counter_ns()
-                request = decode(self.request_type, data)
-                decoded = time.perf_counter_ns()
-                await self.handle(request, received, decoded - received)
+                    if data is None:
+                        break
+                    if self.core.draining:
+                        # Stopping: no new work; what is in progress still gets its answer.
+                        await self.wait_tasks()
+                        self.core.refuse_if_draining()
+                    received = time.perf_counter_ns()
+                    request = decode(self.request_type, data)
+                    decoded = time.perf_counter_ns()
+                    await self.handle(request, received, decoded - received)
 
     async def handle(self, request: _Req, received_ns: int, decode_ns: int) -> None:
         """Serve one request (``received_ns`` on the perf counter, before decoding)."""
@@ -223,8 +224,8 @@ class JoinSession(Generic[_Req]):
 
     def end_session(self) -> None:
         """Stop reading requests: the stream ends (with OK) once the tasks in progress
-        have answered. For after Close, or after a non-recoverable error."""
-        self._over = True
+        have answered. For after Close, or after a non-recoverable error; call it only
+        once the request being handled needs nothing more from the loop."""
         self._receiving.cancel()
 
     def spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:

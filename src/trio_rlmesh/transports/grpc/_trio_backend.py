@@ -11,7 +11,7 @@ import contextlib
 import errno
 import os
 import socket as stdlib_socket
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Final
 
 import attrs
@@ -81,6 +81,13 @@ class TrioClientCall:
     async def initial_metadata(self) -> Mapping[str, str]:
         await self._stream.connection.flush()
         return await self._stream.wait_headers()
+
+    def deliver_to(
+        self,
+        on_message: Callable[[bytes], None],
+        on_end: Callable[[BaseException | None], None],
+    ) -> None:
+        self._stream.deliver_to(on_message, on_end)
 
     async def aclose(self) -> None:
         stream = self._stream
