@@ -147,13 +147,22 @@ def _readme_commands() -> list[str]:
     return re.findall(r"```console\n(.*?)\n```", text, flags=re.S)
 
 
-def test_ci_runs_the_readme_test_command() -> None:
+def test_ci_runs_the_readme_test_command_in_a_fresh_clone() -> None:
     commands = _readme_commands()
     assert len(commands) >= 2
     test_command = commands[1]
     assert test_command.endswith("&& nox")
-    ci = (ROOT / ".ci" / "run").read_text().splitlines()
-    assert "nox" in [line.strip() for line in ci], "CI must run the README's `nox`"
+    script = ROOT / ".ci" / "run"
+    assert script.stat().st_mode & 0o111, ".ci/run must be executable"
+    lines = [line.strip() for line in script.read_text().splitlines()]
+    code = [line for line in lines if line and not line.startswith("#")]
+    # No stdin from the first line on, so nothing can wait for input.
+    assert "exec </dev/null" in code[:3]
+    # What is committed, cloned into a folder of its own, is what the command runs in.
+    clone = next(i for i, line in enumerate(code) if " git clone " in f" {line} ")
+    enter = code.index('cd "$CLONE"')
+    assert clone < enter
+    assert code[-1] == test_command, "CI must end with the README's test command, verbatim"
 
 
 def test_readme_names_the_console_script() -> None:
