@@ -9,6 +9,7 @@ from __future__ import annotations
 import filecmp
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -21,6 +22,7 @@ nox.options.sessions = [
     "lint",
     "typecheck",
     "protos_check",
+    "changelog_check",
     "docs",
     "tests",
     "interop",
@@ -133,6 +135,18 @@ def docs(session: nox.Session) -> None:
     # Mistakes Sphinx builds silently: unrendered directives, lost table cells, empty API pages.
     session.run("python", "docs/check_html.py", str(DOCS_HTML))
     session.log(f"HTML docs: {DOCS_HTML / 'index.html'}")
+
+
+@nox.session(venv_backend="none")
+def changelog(session: nox.Session) -> None:
+    """Regenerate CHANGELOG.md from the fragments in changelog.d/ (commit the result)."""
+    session.run(sys.executable, "tools/changelog.py")
+
+
+@nox.session(venv_backend="none")
+def changelog_check(session: nox.Session) -> None:
+    """Fail when CHANGELOG.md differs from what the changelog.d/ fragments give."""
+    session.run(sys.executable, "tools/changelog.py", "--check")
 
 
 @nox.session(python=DEFAULT_PYTHON)

@@ -63,7 +63,17 @@ def test_errors_pickle_with_their_context() -> None:
 # The project must be self-contained: a fresh clone has nothing beside it, so no file may
 # reach into a sibling folder (the wire captures were once read from one). The folder's name
 # is spelled apart below so that this module does not match its own patterns.
-SCANNED = ["src", "tests", "docs", "bench", "examples", "noxfile.py", "pyproject.toml", ".ci"]
+SCANNED = [
+    "src",
+    "tests",
+    "docs",
+    "bench",
+    "examples",
+    "tools",
+    "noxfile.py",
+    "pyproject.toml",
+    ".ci",
+]
 SKIPPED_DIRS = {"__pycache__", "_build", ".nox", ".tools", ".mypy_cache", ".ruff_cache"}
 _SIBLING = "sha" + "red"
 SIBLING_REFERENCES = [
