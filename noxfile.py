@@ -9,6 +9,7 @@ from __future__ import annotations
 import filecmp
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -17,7 +18,15 @@ import nox
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["lint", "typecheck", "protos_check", "docs", "tests", "interop"]
+nox.options.sessions = [
+    "lint",
+    "typecheck",
+    "protos_check",
+    "changelog_check",
+    "docs",
+    "tests",
+    "interop",
+]
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml("pyproject.toml")
@@ -25,6 +34,8 @@ PYTHONS = nox.project.python_versions(PYPROJECT)
 DEFAULT_PYTHON = "3.11"
 PROTOS = ROOT / "protos"
 GENERATED = ROOT / "src" / "trio_rlmesh" / "protocol" / "_generated"
+# Where `nox -s docs` puts the HTML (gitignored): open docs/_build/html/index.html.
+DOCS_HTML = ROOT / "docs" / "_build" / "html"
 # The rlmesh release every wire behaviour is pinned against.
 RLMESH_PEER = "rlmesh[gymnasium,numpy]==0.1.0"
 
@@ -117,10 +128,25 @@ def interop(session: nox.Session) -> None:
 
 @nox.session(python=DEFAULT_PYTHON)
 def docs(session: nox.Session) -> None:
-    """Build the Sphinx docs with warnings as errors."""
+    """Build the HTML docs into docs/_build/html (warnings are errors), then check every page."""
     session.install(".[gymnasium]", *_group("docs"))
-    out = Path(session.create_tmp()) / "html"
-    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", str(out))
+    shutil.rmtree(DOCS_HTML, ignore_errors=True)  # no page left over from an earlier build
+    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", str(DOCS_HTML))
+    # Mistakes Sphinx builds silently: unrendered directives, lost table cells, empty API pages.
+    session.run("python", "docs/check_html.py", str(DOCS_HTML))
+    session.log(f"HTML docs: {DOCS_HTML / 'index.html'}")
+
+
+@nox.session(venv_backend="none")
+def changelog(session: nox.Session) -> None:
+    """Regenerate CHANGELOG.md from the fragments in changelog.d/ (commit the result)."""
+    session.run(sys.executable, "tools/changelog.py")
+
+
+@nox.session(venv_backend="none")
+def changelog_check(session: nox.Session) -> None:
+    """Fail when CHANGELOG.md differs from what the changelog.d/ fragments give."""
+    session.run(sys.executable, "tools/changelog.py", "--check")
 
 
 @nox.session(python=DEFAULT_PYTHON)

@@ -33,17 +33,20 @@ async def stop_on_signal(scope: trio.CancelScope, *, task_status=trio.TASK_STATU
 async def main(bind: str, seconds: float) -> None:
     # serve_env runs until its cancel scope is cancelled, then drains the requests in
     # progress and closes the env. A deadline ("--seconds") and a signal both just cancel.
-    with trio.move_on_after(seconds) as scope:
+    with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
             await nursery.start(stop_on_signal, scope)
             address = await nursery.start(serve_env, gymnasium.make("CartPole-v1"), bind)
             print(f"serving CartPole-v1 at {address}", flush=True)
+            scope.deadline = trio.current_time() + seconds  # counted from when serving began
     print("stopped", flush=True)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bind", default="127.0.0.1:0", help="host:port (port 0: any free)")
-    parser.add_argument("--seconds", type=float, default=math.inf, help="serve this long")
+    parser.add_argument(
+        "--seconds", type=float, default=math.inf, help="serve this long once serving"
+    )
     args = parser.parse_args()
     trio.run(main, args.bind, args.seconds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -36,10 +37,32 @@ def _run(*args: str) -> str:
 
 
 def test_serve_env_serves_then_stops() -> None:
-    out = _run(str(EXAMPLES / "serve_env.py"), "--seconds", "2")
-    lines = out.splitlines()
-    assert lines[0].startswith("serving CartPole-v1 at 127.0.0.1:")
-    assert lines[-1] == "stopped"
+    # --seconds counts from when serving began, so 0 serves (and says so) and stops at once.
+    out = _run(str(EXAMPLES / "serve_env.py"), "--seconds", "0")
+    assert out.splitlines() == [out.splitlines()[0], "stopped"]
+    assert out.startswith("serving CartPole-v1 at 127.0.0.1:")
+
+
+def test_serve_env_stops_on_a_signal() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "serve_env.py")],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        # The signal handler is in place before serving starts (and this line is printed).
+        assert proc.stdout.readline().startswith("serving CartPole-v1 at 127.0.0.1:")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out.splitlines() == ["received SIGINT", "stopped"]
 
 
 def test_evaluate_model_in_process_and_served() -> None:

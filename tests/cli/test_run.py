@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.envs import STEPPED_FILE
 from trio_rlmesh._cli import main
 from trio_rlmesh._cli_run import HeuristicCartPole, parse_seeds
 
@@ -128,14 +129,17 @@ def test_a_failing_model_exits_1_with_a_failed_report(
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_cancels_cleanly_with_exit_130(tmp_path: Path, signum: signal.Signals) -> None:
     out = tmp_path / "cancelled.json"
+    stepped = tmp_path / "stepped"
     pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": pythonpath}
+    env = {**os.environ, "PYTHONPATH": pythonpath, STEPPED_FILE: str(stepped)}
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "trio_rlmesh",
             "run",
+            "--env",
+            "tests.cli.envs:marked_cartpole",
             "--episodes",
             "100000",
             "--no-progress",
@@ -152,7 +156,12 @@ def test_a_signal_cancels_cleanly_with_exit_130(tmp_path: Path, signum: signal.S
         assert proc.stderr is not None
         line = proc.stderr.readline()
         assert "evaluating" in line, line
-        time.sleep(1.5)  # let a few episodes finish; the assertion below does not depend on it
+        # The env marks its 20th step: the run (and its signal handling) is under way.
+        give_up = time.monotonic() + 60
+        while not stepped.exists():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < give_up, "the run never reached its 20th step"
+            time.sleep(0.01)  # a poll interval: nothing depends on its length
         proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=60)
     finally:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -163,20 +165,27 @@ class Declines:
         return np.int64(lean(observation))
 
 
-class Sleeper:
-    """Blocks (``time.sleep``) for ``seconds`` on its ``at``-th predict."""
+class OutlivesDeadline:
+    """Blocks its ``at``-th predict until ``deadline`` seconds have passed since the call began.
 
-    def __init__(self, at: int, seconds: float) -> None:
+    Whether it runs inline on the event loop (where nothing can interrupt it) or served in a
+    worker thread, it answers strictly after any deadline of that length started before it
+    was called (one monotonic clock for the whole host), and the runtime treats a late answer
+    as a timeout: the run times out however loaded the machine is.
+    """
+
+    def __init__(self, at: int, deadline: float) -> None:
         self.at = at
-        self.seconds = seconds
+        self.deadline = deadline
         self.calls = 0
 
     def predict(self, observation: Any) -> Any:
-        import time
-
         self.calls += 1
         if self.calls == self.at:
-            time.sleep(self.seconds)
+            until = time.perf_counter() + self.deadline + 0.001
+            pause = threading.Event()
+            while (left := until - time.perf_counter()) > 0:
+                pause.wait(left)
         return np.int64(lean(observation))
 
 

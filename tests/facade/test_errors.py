@@ -35,7 +35,7 @@ from .helpers import (
     Balancer,
     Declines,
     FailingStep,
-    Sleeper,
+    OutlivesDeadline,
     check_totals,
     env_process,
     serving,
@@ -149,8 +149,9 @@ async def test_a_model_that_blocks_past_its_deadline_times_out() -> None:
     limits = RuntimeLimits(model_predict_timeout=0.2)
     with trio.fail_after(60):
         async with serving(gym.make(CARTPOLE)) as address:
+            model = OutlivesDeadline(at=13, deadline=0.2)
             with pytest.raises(OperationTimeout) as caught:
-                await run_local(Sleeper(at=13, seconds=0.5), _options(address, limits=limits))
+                await run_local(model, _options(address, limits=limits))
             await still_serves(address)
     error = caught.value
     assert isinstance(error, TimeoutError)
@@ -164,11 +165,11 @@ async def test_a_model_that_blocks_past_its_deadline_times_out() -> None:
 
 
 class _SlowHandler:
-    """A handler whose forward awaits (a remote GPU pool, say) too long on predict ``at``."""
+    """A handler whose forward awaits (a remote GPU pool, say) forever on predict ``at``."""
 
-    def __init__(self, at: int, seconds: float) -> None:
+    def __init__(self, at: int) -> None:
         self.engine = ModelEngine(Balancer())
-        self.at, self.seconds, self.calls = at, seconds, 0
+        self.at, self.calls = at, 0
 
     def route_setup(self) -> Any:
         return self.engine.route_setup()
@@ -178,7 +179,7 @@ class _SlowHandler:
     ) -> list[PredictFrames | Error]:
         self.calls += 1
         if self.calls == self.at:
-            await trio.sleep(self.seconds)
+            await trio.sleep_forever()
         return await self.engine.predict_grouped(observations)
 
     async def reset_adapter(self, env_id: str, episode_ids: Sequence[str]) -> None:
@@ -196,7 +197,7 @@ class _SlowHandler:
 
 async def test_an_awaiting_handler_past_its_deadline_times_out() -> None:
     limits = RuntimeLimits(model_predict_timeout=0.2)
-    handler = _SlowHandler(at=13, seconds=30)
+    handler = _SlowHandler(at=13)
     with trio.fail_after(60):
         async with serving(gym.make(CARTPOLE)) as address:
             with pytest.raises(OperationTimeout) as caught:
@@ -212,7 +213,8 @@ async def test_errors_through_a_served_model_keep_class_and_recoverability() -> 
     with trio.fail_after(60):
         async with serving(gym.make(CARTPOLE)) as env_address, trio.open_nursery() as nursery:
             declines = await nursery.start(serve_model, Declines(at=13))
-            sleeps = await nursery.start(serve_model, Sleeper(at=13, seconds=0.5))
+            late = OutlivesDeadline(at=13, deadline=0.2)
+            sleeps = await nursery.start(serve_model, late)
             with pytest.raises(ModelError) as declined:
                 await run_remote(declines, _options(env_address))
             await still_serves(env_address)

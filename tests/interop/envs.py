@@ -62,6 +62,14 @@ class NestedEnv(gym.Env[dict[str, Any], np.ndarray]):
         return self._obs(), reward, self._t >= 7, False, {}
 
 
+class NullMetadata(gym.Wrapper[Any, Any, Any, Any]):
+    """CartPole whose metadata holds nulls, which rlmesh writes as key-only MetaMap entries."""
+
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
+        super().__init__(env)
+        self.metadata = {**env.metadata, "range": None, "tags": {"clip": None, "role": "pole"}}
+
+
 def build(kind: str) -> Any:
     """The env (or list of lane envs) named ``kind``."""
     if kind == "cartpole":
@@ -75,6 +83,8 @@ def build(kind: str) -> Any:
             [lambda: gym.make("CartPole-v1") for _ in range(4)],
             autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
         )
+    if kind == "null-metadata":
+        return NullMetadata(gym.make("CartPole-v1"))
     if kind == "lanes4":
         return [gym.make("CartPole-v1") for _ in range(4)]
     raise ValueError(f"unknown env kind {kind!r}")

@@ -22,10 +22,11 @@ import numpy as np
 import pytest
 import trio
 
-from trio_rlmesh import TransportError
-from trio_rlmesh.protocol import core_v1, model_v1, spaces_v1
+from trio_rlmesh import RunLocalOptions, TransportError, run_remote
+from trio_rlmesh.protocol import core_v1, meta_to_python, model_v1, spaces_v1
 from trio_rlmesh.protocol._spacespec import space_to_spec
 from trio_rlmesh.spaces import decode_batch, encode_lanes, from_gymnasium
+from trio_rlmesh.transports.grpc import open_env_client
 from trio_rlmesh.transports.grpc._model_client import ModelClientRuntimeModel, open_model_client
 from trio_rlmesh.transports.grpc._model_server import serve_model
 
@@ -80,6 +81,29 @@ async def test_rlmesh_remote_model_on_our_server_matches_in_process(
             nursery.cancel_scope.cancel()
     assert _episodes(remote) == _episodes(local)
     assert len({steps for _, steps, *_ in _episodes(local)}) > 1  # the policy is not trivial
+
+
+async def test_a_contract_with_null_metadata_is_forwarded_to_our_served_model(
+    env_server: ServerFactory,
+) -> None:
+    # rlmesh's env server writes a null metadata value as the key alone; run_remote forwards
+    # the contract to the model in its ResolveAdapterRequest, so the null must re-encode.
+    with trio.fail_after(120):
+        async with env_server("null-metadata") as env_address:
+            async with open_env_client(env_address) as client:
+                assert client.contract.spec is not None
+                metadata = meta_to_python(client.contract.spec.metadata)
+            assert metadata["range"] is None
+            assert metadata["tags"] == {"clip": None, "role": "pole"}
+            async with trio.open_nursery() as nursery:
+                address = await nursery.start(
+                    lambda task_status: serve_model(models.OursPlain(), task_status=task_status)
+                )
+                options = RunLocalOptions(env_address, max_episodes=2, base_seed=0)
+                report = await run_remote(address, options)
+                nursery.cancel_scope.cancel()
+    assert report.status == "completed"
+    assert len(report.episodes) == 2
 
 
 def _free_port() -> int:

@@ -1,11 +1,8 @@
 """Every message captured between real rlmesh 0.1.0 peers decodes with no unknown fields and
 re-encodes to the captured bytes.
 
-Capture H holds MetaMap entries whose value is absent (a null). betterproto2 0.10 parses such
-an entry to ``None`` and then cannot serialize it, so the test replaces those ``None`` values
-with an empty ``MetaValue()`` (the same null) before re-encoding. The bytes then differ only
-by the two-byte empty value (``12 00``) each null entry gains; H is checked for semantic
-equality, every other capture for exact bytes.
+Capture H holds MetaMap entries whose value is absent (a null): they decode to an empty
+``MetaValue`` and are written back as the key alone, as RLMesh writes them.
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ MESSAGE_TYPES: dict[str, type[betterproto2.Message]] = {
     "model_JoinRequest": model_v1.JoinRequest,
     "model_JoinResponse": model_v1.JoinResponse,
 }
-WITH_NULL_MAP_VALUES = {"H"}
 
 
 def _captures() -> list[Path]:
@@ -63,20 +59,6 @@ def _unknown_fields(message: betterproto2.Message, path: str = "$") -> list[str]
     return problems
 
 
-def _fill_null_map_values(message: betterproto2.Message) -> int:
-    """Replace ``None`` MetaMap entry values with ``MetaValue()``; return how many."""
-    filled = 0
-    if isinstance(message, spaces_v1.MetaMap):
-        for key, value in message.entries.items():
-            # betterproto2 types the value as MetaValue, but a null entry parses to None.
-            if cast("spaces_v1.MetaValue | None", value) is None:
-                message.entries[key] = spaces_v1.MetaValue()
-                filled += 1
-    for child in _children(message):
-        filled += _fill_null_map_values(child)
-    return filled
-
-
 @pytest.mark.parametrize("path", _captures(), ids=lambda p: p.stem)
 def test_capture_decodes_without_unknown_fields(path: Path) -> None:
     raw = bytes.fromhex(path.read_text().strip())
@@ -87,20 +69,27 @@ def test_capture_decodes_without_unknown_fields(path: Path) -> None:
 @pytest.mark.parametrize("path", _captures(), ids=lambda p: p.stem)
 def test_capture_reencodes(path: Path) -> None:
     raw = bytes.fromhex(path.read_text().strip())
-    message_type = _message_type(path)
-    message = message_type.parse(raw)
-    if path.name[0] in WITH_NULL_MAP_VALUES:
-        nulls = _fill_null_map_values(message)
-        assert nulls > 0, "capture H is expected to carry null MetaMap values"
-        again = bytes(message)
-        # Each null entry gains an explicit empty value field: tag 0x12, length 0.
-        assert len(again) == len(raw) + 2 * nulls
-        reparsed = message_type.parse(again)
-        _fill_null_map_values(reparsed)
-        assert reparsed == message
-        assert bytes(reparsed) == again
-    else:
-        assert bytes(message) == raw
+    message = _message_type(path).parse(raw)
+    assert bytes(message) == raw
+
+
+def _null_entries(message: betterproto2.Message) -> list[str]:
+    found: list[str] = []
+    if isinstance(message, spaces_v1.MetaMap):
+        found += [key for key, value in message.entries.items() if value == spaces_v1.MetaValue()]
+    for child in _children(message):
+        found += _null_entries(child)
+    return found
+
+
+def test_capture_h_null_map_values_survive_a_round_trip() -> None:
+    (path,) = CAPTURES.glob("H_*.hex")
+    raw = bytes.fromhex(path.read_text().strip())
+    message = model_v1.JoinRequest.parse(raw)
+    assert sorted(_null_entries(message)) == ["clip", "encoding", "encoding", "range"]
+    again = model_v1.JoinRequest.parse(bytes(message))
+    assert again == message
+    assert bytes(again) == raw
 
 
 def test_all_captures_present() -> None:

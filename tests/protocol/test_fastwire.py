@@ -121,15 +121,16 @@ def _meta_value_nest(
         st.lists(children, max_size=3).map(
             lambda items: spaces_v1.MetaValue(list=spaces_v1.MetaList(items=items))
         ),
-        st.dictionaries(TEXT, children, max_size=3).map(
-            lambda entries: spaces_v1.MetaValue(map=spaces_v1.MetaMap(entries=entries))
+        st.dictionaries(TEXT, _opt(children), max_size=3).map(
+            lambda entries: spaces_v1.MetaValue(map=spaces_v1.MetaMap(entries=entries))  # type: ignore[arg-type]
         ),
     )
 
 
+# Map values include None: a null entry may be built that way, and encodes like MetaValue().
 META_VALUE = st.recursive(_meta_value_leaf(), _meta_value_nest, max_leaves=6)
-META_MAP = st.dictionaries(TEXT, META_VALUE, max_size=3).map(
-    lambda entries: spaces_v1.MetaMap(entries=entries)
+META_MAP = st.dictionaries(TEXT, _opt(META_VALUE), max_size=3).map(
+    lambda entries: spaces_v1.MetaMap(entries=entries)  # type: ignore[arg-type]
 )
 SPACE_VALUE = st.lists(BLOB, max_size=4).map(lambda leaves: spaces_v1.SpaceValue(leaves=leaves))
 INDICES = st.lists(U32, max_size=4)
@@ -499,6 +500,62 @@ def test_repeated_singular_fields_last_wins_like_betterproto2() -> None:
     assert decoded.endpoint_total_ns == 7
 
 
+# ---------------------------------------------------------------------------- null map values
+
+
+def _field(data: bytes, number: int) -> bytes:
+    (value,) = [bytes(p.value) for p in betterproto2.parse_fields(data) if p.number == number]
+    return value
+
+
+def _capture_h_metadata() -> bytes:
+    """JoinRequest.resolve_adapter (1) -> env_spec (2) -> metadata (4), as RLMesh wrote it."""
+    return _field(_field(_field(_capture("H"), 1), 2), 4)
+
+
+def test_key_only_map_entries_decode_as_null_and_reencode_to_rlmesh_bytes() -> None:
+    # Capture H's metadata, as RLMesh 0.1.0 wrote it, carried in an env reset reply.
+    metadata = _capture_h_metadata()
+    assert b"\x0a\x07\x0a\x05range" in metadata  # a key-only (null) entry
+    data = _ld(0x0A, _ld(0x12, metadata)) + _ld(0x2A, b"r")
+    decoded = fw._dec_env_join_response(data)
+    _check_decoded(decoded, data)
+    assert decoded.reset is not None
+    assert decoded.reset.infos is not None
+    tags = decoded.reset.infos.entries["rlmesh.adapters.v1.env_tags"].map
+    assert tags is not None
+    observation = tags.entries["observation"].map
+    assert observation is not None
+    assert observation.entries["range"] == spaces_v1.MetaValue()
+    assert fw._enc_env_join_response(decoded) == data
+    assert bytes(decoded) == data
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        (("k", spaces_v1.MetaValue()), _ld(0x0A, b"k")),
+        (("k", None), _ld(0x0A, b"k")),
+        (("", spaces_v1.MetaValue(integer=1)), _ld(0x12, b"\x08\x01")),
+        (("", spaces_v1.MetaValue()), b""),
+        (("k", spaces_v1.MetaValue(text="")), _ld(0x0A, b"k") + _ld(0x12, b"\x1a\x00")),
+    ],
+    ids=["null", "None", "empty key", "empty key and null", "empty text is not null"],
+)
+def test_map_entries_are_written_as_rlmesh_writes_them(
+    entry: tuple[str, spaces_v1.MetaValue | None], expected: bytes
+) -> None:
+    # Byte for byte what rlmesh 0.1.0 (prost) puts on the wire for these entries.
+    key, value = entry
+    meta = spaces_v1.MetaMap(entries={key: value})  # type: ignore[dict-item]
+    wire = _ld(0x0A, expected)
+    assert bytes(meta) == wire
+    assert fw._enc_meta_map(meta) == wire
+    again = fw._dec_meta_map(wire, 0, len(wire))
+    assert again == spaces_v1.MetaMap.FromString(wire)
+    assert again.entries == {key: value or spaces_v1.MetaValue()}
+
+
 # ---------------------------------------------------------------------------- fallback
 
 
@@ -519,7 +576,6 @@ FALLBACK_CASES = {
     "close arm": _ld(0x22, b""),
     "two oneof arms": _ld(0x12, b"") + _ld(0x0A, b""),
     "two MetaValue arms": _ld(0x0A, _ld(0x12, _ld(0x0A, _ld(0x12, b"\x08\x01\x20\x01")))),
-    "map entry without a value": _ld(0x0A, _ld(0x12, _ld(0x0A, _ld(0x0A, b"k")))),
     "non-empty configure arm": _ld(0x3A, _unknown(1, 0, b"\x01")),
     "field number 0": b"\x00\x01",
     "multi-byte tag": _unknown(300, 0, b"\x01"),
@@ -601,9 +657,9 @@ def test_encoding_other_arms_falls_back(
 
 
 def test_encoding_odd_values_falls_back_to_the_same_outcome() -> None:
-    # A map value betterproto2 cannot serialize fails the same way on the public path.
+    # A map value that is not a MetaValue fails the same way on the public path.
     broken = env_v1.JoinResponse(
-        reset=env_v1.ResetResponse(infos=spaces_v1.MetaMap(entries={"k": None}))  # type: ignore[dict-item]
+        reset=env_v1.ResetResponse(infos=spaces_v1.MetaMap(entries={"k": "text"}))  # type: ignore[dict-item]
     )
     with pytest.raises(fw._Fallback):
         fw._enc_env_join_response(broken)

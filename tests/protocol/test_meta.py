@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections import namedtuple
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from trio_rlmesh.protocol import (
     MetaConversionError,
     meta_to_python,
+    model_v1,
     python_to_meta,
     spaces_v1,
     value_to_python,
@@ -99,7 +101,31 @@ def test_null_value_and_absent_map() -> None:
     assert value_to_python(None) is None
     assert value_to_python(spaces_v1.MetaValue()) is None
     assert meta_to_python(None) == {}
-    assert bytes(python_to_meta({"n": None})).hex() == "0a050a016e1200"
+    # The null is written as the key alone, as RLMesh 0.1.0 writes it.
+    assert bytes(python_to_meta({"n": None})).hex() == "0a030a016e"
+    assert meta_to_python(spaces_v1.MetaMap.FromString(bytes.fromhex("0a030a016e"))) == {"n": None}
+
+
+def test_capture_h_metadata_round_trips_through_python_byte_for_byte() -> None:
+    # A model ResolveAdapterRequest from RLMesh 0.1.0 whose env_tags hold nulls.
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
+    (capture,) = path.glob("H_*.hex")
+    raw = bytes.fromhex(capture.read_text().strip())
+    message = model_v1.JoinRequest.FromString(raw)
+    assert message.resolve_adapter is not None
+    spec = message.resolve_adapter.env_spec
+    assert spec is not None
+    as_python = meta_to_python(spec.metadata)
+    tags = as_python["rlmesh.adapters.v1.env_tags"]
+    assert tags["observation"] == {
+        "range": None,
+        "encoding": None,
+        "role": "proprio/joint_pos",
+        "type": "state",
+    }
+    assert tags["action"]["clip"] is None
+    spec.metadata = python_to_meta(as_python)
+    assert bytes(message) == raw
 
 
 def test_non_str_key_error_names_the_path() -> None:

@@ -101,11 +101,15 @@ from ._meta import MetaConversionError as MetaConversionError
 from ._meta import meta_to_python as meta_to_python
 from ._meta import python_to_meta as python_to_meta
 from ._meta import value_to_python as value_to_python
+from ._metamap import install as _install_metamap
 from ._spacespec import EnvContractInfo as EnvContractInfo
 from ._spacespec import make_env_contract as make_env_contract
 from ._spacespec import read_env_contract as read_env_contract
 from ._spacespec import space_to_spec as space_to_spec
 from ._spacespec import spec_to_space as spec_to_space
+
+# Null MetaMap values decode and re-encode as RLMesh writes them (see _metamap).
+_install_metamap()
 
 __all__ = [
     "CAPABILITY_TRUE",

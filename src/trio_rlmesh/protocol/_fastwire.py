@@ -11,18 +11,19 @@ Contract, pinned by ``tests/protocol/test_fastwire.py``:
 * Encoding yields exactly ``bytes(message)``: betterproto2's field order (dataclass order,
   so a oneof arm numbered after ``request_id`` still comes first), zero values skipped
   (``-0.0`` is zero), explicit-presence fields and message fields written whenever they are
-  not ``None`` (an empty message is ``tag 00``), repeated scalars packed, map entries with
-  both key and value always written, each message's ``_unknown_fields`` appended last.
+  not ``None`` (an empty message is ``tag 00``), repeated scalars packed, ``MetaMap``
+  entries written as RLMesh writes them (an empty key and a null value left out; see
+  ``_metamap``), each message's ``_unknown_fields`` appended last.
   Anything the fast path does not cover (another oneof arm, a value of an unexpected
   type) is handed to ``bytes(message)`` for the whole message.
 * Decoding yields a message equal to ``Message.FromString(data)``: packed and unpacked
   repeated scalars are both read, the last occurrence of a singular field wins (a message
   field is replaced, not merged, as betterproto2 does), and integers are masked and
-  sign-converted like betterproto2's. Input the fast path does not cover (an unknown
-  field number, a known field with another wire type, a oneof arm it does not read, two
-  arms of one oneof, a map entry without a value) makes it hand the whole message to a
-  fallback, by default ``FromString``, so the result never differs from betterproto2's
-  (``_unknown_fields`` included).
+  sign-converted like betterproto2's, and a ``MetaMap`` entry without a value holds a
+  null ``MetaValue()``. Input the fast path does not cover (an unknown field number, a
+  known field with another wire type, a oneof arm it does not read, two arms of one
+  oneof) makes it hand the whole message to a fallback, by default ``FromString``, so
+  the result never differs from betterproto2's (``_unknown_fields`` included).
 * Unlike betterproto2, the fast decoder never returns a partial message: a varint or a
   length-delimited field running past the end of its message, an overlong varint, a
   packed double field of the wrong length or invalid UTF-8 raise ``ValueError``. (A
@@ -147,9 +148,12 @@ def _enc_meta_list(m: spaces_v1.MetaList) -> bytes:
 def _enc_meta_map(m: spaces_v1.MetaMap) -> bytes:
     parts: list[bytes] = []
     for key, value in m.entries.items():
-        raw = key.encode("utf-8")
-        encoded = _enc_meta_value(value)
-        entry = b"\x0a" + _uvarint(len(raw)) + raw + b"\x12" + _uvarint(len(encoded)) + encoded
+        # As prost (and _metamap) writes an entry: no empty key, no null value.
+        entry = _text_field(b"\x0a", key) if key else b""
+        if value is not None:
+            encoded = _enc_meta_value(value)
+            if encoded:
+                entry += b"\x12" + _uvarint(len(encoded)) + encoded
         parts += (b"\x0a", _uvarint(len(entry)), entry)
     if m._unknown_fields:
         parts.append(m._unknown_fields)
@@ -533,9 +537,8 @@ def _dec_meta_map(data: bytes, pos: int, end: int) -> spaces_v1.MetaMap:
                 value = _dec_meta_value(data, start, at)
             else:
                 _unexpected(data, at, stop)
-        if value is None:
-            raise _Fallback  # betterproto2 stores None for a missing value
-        entries[key] = value
+        # A missing value is a null (protobuf's map rule, and what _metamap's load does).
+        entries[key] = spaces_v1.MetaValue() if value is None else value
         pos = stop
     return spaces_v1.MetaMap(entries=entries)
 

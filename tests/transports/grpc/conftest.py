@@ -59,8 +59,9 @@ class FakeEnvService:
     """Refuse this many Joins with FAILED_PRECONDITION before accepting one."""
     concurrent: bool = False
     """Handle Join requests concurrently (replies may overtake each other)."""
-    delay: Callable[[env_v1.JoinRequest], float] = lambda _: 0.0
-    """Seconds to sit on each request before answering."""
+    hold: Callable[[env_v1.JoinRequest], bool] = lambda _: False
+    """Sit on each request this is true for until the test releases it
+    (:meth:`FakeEnvServer.release`); it waits in :attr:`held` meanwhile."""
     drop_on_step: int | None = None
     """Close the connection instead of answering the n-th step (1-based)."""
     wrong_kind_on_step: int | None = None
@@ -82,6 +83,15 @@ class FakeEnvService:
     eof_with_close: list[bool] = attrs.Factory(list)
     """Per Close received: whether the client had already ended its side with it."""
     """How each Join ended: ``"close"`` (Close received), ``"eof"`` or ``"cancelled"``."""
+    held: list[tuple[env_v1.JoinRequest, asyncio.Event]] = attrs.Factory(list)
+    """The requests the fake is sitting on, each with the event that releases it."""
+    listeners: list[Callable[[], None]] = attrs.Factory(list)
+    """Called on the portal's loop whenever a request, a held request or a Join's end is
+    recorded (see :meth:`FakeEnvServer.wait_for`)."""
+
+    def _changed(self) -> None:
+        for listener in list(self.listeners):
+            listener()
 
     def __mapping__(self) -> dict[str, Handler]:
         return {
@@ -152,6 +162,7 @@ class FakeEnvService:
                 if request is None:
                     break
                 self.requests.append(request)
+                self._changed()
                 kind, _ = betterproto2.which_one_of(request, "kind")
                 if kind == "step":
                     self.steps += 1
@@ -189,6 +200,7 @@ class FakeEnvService:
             for task in list(tasks):
                 task.cancel()
             self.join_ended.append(ended)
+            self._changed()
 
     def _reply(self, request: env_v1.JoinRequest) -> env_v1.JoinResponse:
         kind, body = betterproto2.which_one_of(request, "kind")
@@ -241,9 +253,11 @@ class FakeEnvService:
     async def _answer(
         self, stream: Stream[Any, Any], lock: asyncio.Lock, request: env_v1.JoinRequest
     ) -> None:
-        delay = self.delay(request)
-        if delay:
-            await asyncio.sleep(delay)
+        if self.hold(request):
+            released = asyncio.Event()
+            self.held.append((request, released))
+            self._changed()
+            await released.wait()
         reply = self._reply(request)
         async with lock:
             if self.extra_stale and reply.step is not None:
@@ -258,6 +272,42 @@ class FakeEnvServer:
     service: FakeEnvService
     address: str
     portal: Portal
+
+    async def release(self, request: env_v1.JoinRequest | None = None) -> None:
+        """Let the fake answer a held ``request`` (``None``: every held one)."""
+
+        async def on_loop() -> None:
+            keep = []
+            for held, released in self.service.held:
+                if request is None or held is request:
+                    released.set()
+                else:
+                    keep.append((held, released))
+            self.service.held[:] = keep
+
+        await self.portal.run(on_loop)
+
+    async def wait_for(self, condition: Callable[[FakeEnvService], bool]) -> None:
+        """Return once ``condition(service)`` holds, checked after each change the fake records.
+
+        The fake runs on the portal's thread; it wakes this trio task through the run's token.
+        """
+        token = trio.lowlevel.current_trio_token()
+        wake = [trio.Event()]
+
+        def listener() -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(lambda: wake[0].set())
+
+        self.service.listeners.append(listener)
+        try:
+            while True:
+                wake[0] = trio.Event()
+                if condition(self.service):
+                    return
+                await wake[0].wait()
+        finally:
+            self.service.listeners.remove(listener)
 
 
 async def _start(service: FakeEnvService) -> tuple[Server, int]:

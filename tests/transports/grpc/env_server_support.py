@@ -7,7 +7,6 @@ never would. Everything grpclib runs on the portal's loop; tests stay in trio.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +18,7 @@ from grpclib.client import Channel, Stream
 from grpclib.const import Cardinality
 from grpclib.encoding.proto import ProtoCodec
 
+from tests.gates import ThreadGate
 from trio_rlmesh.protocol import PROTOCOL_GENERATION, WORKFLOW_EDITION, core_v1, env_v1
 from trio_rlmesh.transports.grpc import Portal, open_portal, parse_address
 from trio_rlmesh.transports.grpc._common import ENV_HANDSHAKE, ENV_JOIN, ENV_SHUTDOWN, peer_info
@@ -186,7 +186,7 @@ async def running_server(env: Any, **kwargs: Any) -> AsyncIterator[str]:
 
 
 class SlowEnv(gym.Env[np.ndarray, np.int64]):
-    """A one-number env whose step sleeps ``delay`` seconds (real time, in the worker).
+    """A one-number env whose step waits at ``gate`` (in the worker) when one is given.
 
     ``render()`` returns a 4x6 RGB frame when built with ``render_mode="rgb_array"``.
     """
@@ -194,12 +194,15 @@ class SlowEnv(gym.Env[np.ndarray, np.int64]):
     metadata = {"render_modes": ["rgb_array"]}  # noqa: RUF012
 
     def __init__(
-        self, delay: float = 0.0, episode_length: int = 3, render_mode: str | None = None
+        self,
+        gate: ThreadGate | None = None,
+        episode_length: int = 3,
+        render_mode: str | None = None,
     ) -> None:
         self.render_mode = render_mode
         self.observation_space = gym.spaces.Box(-10.0, 10.0, shape=(1,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(2)
-        self.delay = delay
+        self.gate = gate
         self.episode_length = episode_length
         self.t = 0
         self.obs_value = 0.0
@@ -212,8 +215,8 @@ class SlowEnv(gym.Env[np.ndarray, np.int64]):
         return np.array([self.obs_value], dtype=np.float32), {"seed": seed, "options": options}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self.delay:
-            time.sleep(self.delay)
+        if self.gate is not None:
+            self.gate.wait()
         self.t += 1
         obs = np.array([self.obs_value + self.t], dtype=np.float32)
         return obs, float(action) + 0.5, self.t >= self.episode_length, False, {"t": self.t}

@@ -15,6 +15,7 @@ import trio
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
+from tests.gates import ThreadGate
 from trio_rlmesh.protocol import (
     META_CONFORMANCE_WARNING,
     core_v1,
@@ -228,11 +229,12 @@ async def test_step_final_info_is_lane_info() -> None:
 
 
 async def test_lane_endpoint_answers_out_of_order() -> None:
-    delays = iter([0.6, 0.0, 0.0])
-    with trio.fail_after(20):
+    slow = ThreadGate()
+    gates = iter([slow, None, None])
+    with trio.fail_after(20), slow:
 
         def factory() -> SlowEnv:
-            return SlowEnv(delay=next(delays))
+            return SlowEnv(gate=next(gates))
 
         async with (
             running_server(factory, num_envs=3) as address,
@@ -251,9 +253,13 @@ async def test_lane_endpoint_answers_out_of_order() -> None:
                 assert len(full.reset.observation.leaves[0]) == 3 * 4
                 for lane in range(3):
                     await join.send(step(f"lane{lane}", 1, env_indices=[lane]))
-                replies = [await join.recv() for _ in range(3)]
+                # Lane 0 is held in its step: the other two answer past it.
+                replies = [await join.recv() for _ in range(2)]
+                await slow.entered()
+                slow.open()
+                replies.append(await join.recv())
                 order = [r.request_id for r in replies if r is not None]
-                assert order[-1] == "lane0"  # the slow lane answers last
+                assert order[-1] == "lane0"  # the held lane answers last
                 assert sorted(order) == ["lane0", "lane1", "lane2"]
                 for reply in replies:
                     assert reply is not None
@@ -351,25 +357,29 @@ async def test_vector_step_before_reset_is_a_next_step_violation() -> None:
 
 
 async def test_timeout_answers_then_drains_late_op() -> None:
-    with trio.fail_after(20):
+    gate = ThreadGate()
+    with trio.fail_after(20), gate:
         async with (
-            running_server(SlowEnv(delay=0.5)) as address,
+            running_server(SlowEnv(gate=gate)) as address,
             raw_client(address) as client,
             client.join() as join,
         ):
             await join.call(reset("r", episode_ids=["e"]))
-            started = trio.current_time()
+            # The env sits in its step until the gate opens, so this answer can only come
+            # from the server's own 50 ms timer.
             late = await join.call(step("late", 1, timeout_ms=50))
-            assert trio.current_time() - started < 0.45
+            assert gate.arrived == 1
             assert late.error is not None
             assert late.error.code == Code.TIMEOUT
             assert late.error.is_recoverable
             assert late.error.message == "env.step timed out after 50ms"
             assert late.endpoint_total_ns is not None
             # The next step on the lane waits for the late one, whose result is dropped
-            # (the tracker never counted it).
-            nxt = await join.call(step("next", 1))
-            assert trio.current_time() - started >= 0.9
+            # (the tracker never counted it): it observes the late step's effect (t == 2).
+            await join.send(step("next", 1))
+            gate.open()
+            nxt = await join.recv()
+            assert nxt is not None
             assert nxt.step is not None
             assert obs_f32(nxt).tolist() == [2.0]
             closed = await join.call(
@@ -627,9 +637,10 @@ async def _health(client: Any, service: str) -> HealthCheckResponse:
 
 
 async def test_health_check_not_stalled_by_slow_env() -> None:
-    with trio.fail_after(20):
+    gate = ThreadGate()
+    with trio.fail_after(20), gate:
         async with (
-            running_server(SlowEnv(delay=1.0)) as address,
+            running_server(SlowEnv(gate=gate)) as address,
             raw_client(address) as client,
             raw_client(address) as prober,
         ):
@@ -640,9 +651,11 @@ async def test_health_check_not_stalled_by_slow_env() -> None:
             async with client.join() as join:
                 await join.call(reset("r"))
                 await join.send(step("slow", 1))
-                started = trio.current_time()
+                await gate.entered()
+                # Answered while the env is still inside its step.
                 assert (await _health(prober, "")).status == 1
-                assert trio.current_time() - started < 0.5
+                assert not gate.is_open
+                gate.open()
                 response = await join.recv()
                 assert response is not None
                 assert response.step is not None

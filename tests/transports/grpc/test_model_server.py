@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import numpy as np
 import pytest
 import trio
+import trio.testing
 
+from tests.gates import ThreadGate
 from tests.model.helpers import OBS, predict_request
 from trio_rlmesh import ModelError, TransportError
 from trio_rlmesh.model import Model
@@ -40,17 +41,21 @@ DISC_SPEC = core_v1.EnvSpec(
 
 
 class Slowable(Model):
-    """Echoes the observation; an observation of 99 sleeps first (in its worker thread)."""
+    """Echoes the observation; one whose first value has a gate waits at it first (in its
+    worker thread) until the test opens it."""
 
-    def __init__(self) -> None:
+    def __init__(self, gates: dict[float, ThreadGate] | None = None) -> None:
+        self.gates = gates or {}
         self.entered: list[float] = []
         self.closed = 0
         self.ended: list[str] = []
 
     def predict(self, observation: Any) -> Any:
-        self.entered.append(float(observation[0]))
-        if observation[0] == 99:
-            time.sleep(0.3)
+        value = float(observation[0])
+        self.entered.append(value)
+        gate = self.gates.get(value)
+        if gate is not None:
+            gate.wait()
         return observation
 
     def on_episode_end(self, episode_id: str = "") -> None:
@@ -197,30 +202,38 @@ async def test_grouped_predict_carries_chunk_replay_frames() -> None:
 
 
 async def test_pipelined_predicts_keep_per_env_order_and_other_envs_overtake() -> None:
-    model = Slowable()
-    with trio.fail_after(10):
+    slow, fast = ThreadGate(), ThreadGate()
+    model = Slowable({99.0: slow, 1.0: fast})
+    with trio.fail_after(10), slow, fast:
         async with trio.open_nursery() as nursery:
             address = await _serve(nursery, model)
             async with open_model_client(address) as client:
                 await _resolve(client, "a")
                 finished: list[str] = []
+                done = {"slow-a": trio.Event(), "fast-a": trio.Event()}
 
                 async def call(name: str, request: model_v1.PredictRequest) -> None:
                     await client.predict(request)
                     finished.append(name)
+                    done[name].set()
 
                 async with trio.open_nursery() as inner:
                     inner.start_soon(
                         call, "slow-a", predict_request("a", [99], request_id="a:predict:1")
                     )
-                    await trio.sleep(0.05)
+                    await slow.entered()  # the server is inside env a's first predict
                     inner.start_soon(
                         call, "fast-a", predict_request("a", [1], request_id="a:predict:2")
                     )
-                    await trio.sleep(0.05)
-                    # A resolve of another env is not ordered behind env a's slow predict.
+                    # A resolve of another env is not ordered behind env a's predicts (and,
+                    # sent after fast-a on the same stream, shows the server has read it).
                     await _resolve(client, "b")
                     finished.append("resolve-b")
+                    assert model.entered == [99.0]  # fast-a waits behind slow-a
+                    slow.open()
+                    await done["slow-a"].wait()
+                    await fast.entered()
+                    fast.open()
                 assert finished == ["resolve-b", "slow-a", "fast-a"]
                 assert model.entered == [99.0, 1.0]
             nursery.cancel_scope.cancel()
@@ -348,33 +361,18 @@ async def test_health_reports_serving() -> None:
 # ------------------------------------------------------------------ stopping with clients
 
 
-class _Sleepy(Model):
-    """Echoes the observation after sleeping ``delay`` seconds in its worker thread."""
-
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-
-    def predict(self, observation: Any) -> Any:
-        time.sleep(self.delay)
-        return observation
-
-
-class _Returned:
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.at = 0.0
-
-    def set(self) -> None:
-        self.at = time.monotonic()
-        self.event.set()
+# Nothing below measures time. "At once" means before anything that would otherwise end the
+# wait: drain timeouts are far beyond each test's fail_after guard, so a stop that waited
+# for its drain fails the guard; a model that must still be predicting waits at a gate.
+FOREVER = 3600.0
 
 
 async def _serve_scoped(
     nursery: trio.Nursery, model: object, **kwargs: Any
-) -> tuple[str, trio.CancelScope, _Returned]:
-    """serve_model in its own cancel scope, noting when it returned."""
+) -> tuple[str, trio.CancelScope, trio.Event]:
+    """serve_model in its own cancel scope; the event is set when it returned."""
     scope = trio.CancelScope()
-    returned = _Returned()
+    returned = trio.Event()
 
     async def run(task_status: trio.TaskStatus[str]) -> None:
         with scope:
@@ -385,31 +383,28 @@ async def _serve_scoped(
     return address, scope, returned
 
 
-async def _returned(returned: _Returned) -> float:
-    await returned.event.wait()
-    return returned.at
-
-
 async def test_stop_with_idle_client_is_prompt_on_both_sides() -> None:
     with trio.fail_after(15):
         async with trio.open_nursery() as nursery:
-            address, scope, returned = await _serve_scoped(nursery, Slowable(), drain_timeout=2)
+            address, scope, returned = await _serve_scoped(
+                nursery, Slowable(), drain_timeout=FOREVER
+            )
             async with open_model_client(address) as client:
                 await _resolve(client, "e")
                 await client.predict(predict_request("e", [1]))
-                stopped = time.monotonic()
                 scope.cancel()
-                assert await _returned(returned) - stopped < 1.0
-                started = time.monotonic()
+                await returned.wait()  # nothing in flight: no wait for the drain
                 with pytest.raises(TransportError):
                     await client.predict(predict_request("e", [2], request_id="e:predict:2"))
-                assert time.monotonic() - started < 1.0
 
 
 async def test_stop_drains_a_predict_in_progress_then_refuses() -> None:
-    with trio.fail_after(15):
+    gate = ThreadGate()
+    with trio.fail_after(15), gate:
         async with trio.open_nursery() as nursery:
-            address, scope, returned = await _serve_scoped(nursery, Slowable(), drain_timeout=5)
+            address, scope, returned = await _serve_scoped(
+                nursery, Slowable({99.0: gate}), drain_timeout=FOREVER
+            )
             async with open_model_client(address) as client:
                 await _resolve(client, "e")
                 answers: list[Any] = []
@@ -419,43 +414,42 @@ async def test_stop_drains_a_predict_in_progress_then_refuses() -> None:
 
                 async with trio.open_nursery() as inner:
                     inner.start_soon(slow)
-                    await trio.sleep(0.1)
-                    stopped = time.monotonic()
+                    await gate.entered()
                     scope.cancel()
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert not returned.is_set()  # the drain waits for the predict
+                    gate.open()
                 assert len(answers) == 1  # answered inside the drain
-                assert await _returned(returned) - stopped < 0.3 + 1.0
-                started = time.monotonic()
+                await returned.wait()  # and the drain ended with it, not at its timeout
                 with pytest.raises(TransportError):
                     await client.predict(predict_request("e", [2], request_id="e:predict:2"))
-                assert time.monotonic() - started < 1.0
 
 
 async def test_stop_past_the_drain_ends_a_predict_in_progress() -> None:
     """The client hears at once; the server waits for the model call it cannot interrupt."""
-    drain = 0.3
-    with trio.fail_after(15):
+    gate = ThreadGate()
+    with trio.fail_after(15), gate:
         async with trio.open_nursery() as nursery:
             address, scope, returned = await _serve_scoped(
-                nursery, _Sleepy(2.0), drain_timeout=drain
+                nursery, Slowable({1.0: gate}), drain_timeout=0.3
             )
             async with open_model_client(address) as client:
                 await _resolve(client, "e")
-                failed: list[float] = []
 
                 async def slow() -> None:
                     with pytest.raises(TransportError):
                         await client.predict(predict_request("e", [1]))
-                    failed.append(time.monotonic())
 
                 async with trio.open_nursery() as inner:
                     inner.start_soon(slow)
-                    await trio.sleep(0.1)
-                    stopped = time.monotonic()
+                    await gate.entered()
                     scope.cancel()
-                assert failed[0] - stopped < drain + 1.0
-                # The forward itself is not abandoned (close must never overlap it), so
-                # serve_model returns once it ends, not before.
-                assert await _returned(returned) - stopped < 2.0 + 1.0
+                # The client failed at the end of the drain while the model is still inside
+                # predict. The forward itself is not abandoned (close must never overlap
+                # it), so serve_model returns once it ends, not before.
+                assert not returned.is_set()
+                gate.open()
+                await returned.wait()
 
 
 async def test_remote_shutdown_is_refused_unless_allowed() -> None:
