@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from trio_rlmesh._cli import main
-from trio_rlmesh._cli_run import HeuristicCartPole, parse_seeds
+from trio_rlmesh._cli._policies import HeuristicCartPole
+from trio_rlmesh._cli._run import parse_seeds
 
 ROOT = Path(__file__).resolve().parents[2]
 EPISODE_KEYS = {

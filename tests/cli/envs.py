@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .env_server_support import SlowEnv
+from tests.transports.grpc.env_server_support import SlowEnv
 
 ENV = SlowEnv()
 

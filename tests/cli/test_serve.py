@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from trio_rlmesh._cli import load_env_target, main
-
-from .env_server_support import raw_client
+from tests.transports.grpc.env_server_support import raw_client
+from trio_rlmesh._cli import main
+from trio_rlmesh._cli._targets import load_env_target
 
 pytestmark = pytest.mark.network
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env() -> dict[str, str]:
@@ -71,9 +71,7 @@ async def test_serve_env_cli(tmp_path: Path, sig: signal.Signals, code: int) -> 
 
 async def test_serve_env_cli_module_target_with_lanes_and_token() -> None:
     with trio.fail_after(60):
-        process, address = await _serve(
-            "tests.transports.grpc.cli_envs:make", "--num-envs", "2", "--token", "t"
-        )
+        process, address = await _serve("tests.cli.envs:make", "--num-envs", "2", "--token", "t")
         try:
             async with raw_client(address, "t") as client:
                 response = await client.handshake()
@@ -88,12 +86,12 @@ async def test_serve_env_cli_module_target_with_lanes_and_token() -> None:
 
 
 def test_load_env_target() -> None:
-    from .cli_envs import ENV, make
+    from .envs import ENV, make
 
-    assert load_env_target("tests.transports.grpc.cli_envs:ENV") is ENV
-    assert load_env_target("tests.transports.grpc.cli_envs:make") is make
+    assert load_env_target("tests.cli.envs:ENV") is ENV
+    assert load_env_target("tests.cli.envs:make") is make
     assert callable(load_env_target("gymnasium:CartPole-v1"))
-    for bad in ("CartPole-v1", "no_such_module_xyz:env", "tests.transports.grpc.cli_envs:nope"):
+    for bad in ("CartPole-v1", "no_such_module_xyz:env", "tests.cli.envs:nope"):
         with pytest.raises(ValueError, match=r"ENV must be|cannot import|has no attribute"):
             load_env_target(bad)
 
@@ -103,5 +101,5 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "cannot import module 'x' for MODEL" in capsys.readouterr().err
     assert main(["serve-env", "not-a-target"]) == 2
     assert "ENV must be" in capsys.readouterr().err
-    assert main(["serve-env", "tests.transports.grpc.cli_envs:NOT_AN_ENV"]) == 1
+    assert main(["serve-env", "tests.cli.envs:NOT_AN_ENV"]) == 1
     assert "cannot serve a int" in capsys.readouterr().err

@@ -1,0 +1,240 @@
+"""``trio-rlmesh run``: evaluate a model against an env, with progress, tables and a JSON report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import trio
+
+from .._errors import SpecError
+from ..runtime import EpisodeCompleted, RuntimeDriver, RuntimeHooks, RuntimeReport, StepCompleted
+from ._exit import EXIT_CANCELLED, EXIT_OK, describe, unwrap, watch_signals
+from ._output import empty_report_dict, format_episodes, write_json
+from ._policies import HeuristicCartPole
+from ._targets import is_address, load_env_target, load_model_target
+
+__all__ = ["add_run_parser", "parse_seeds", "run_command"]
+
+DEFAULT_ENV = "gymnasium:CartPole-v1"
+DEFAULT_EPISODES = 10
+
+
+def parse_seeds(text: str) -> list[int]:
+    """Parse ``0,1,2`` or an inclusive range ``0..39``.
+
+    >>> parse_seeds("3..5"), parse_seeds("7, 9")
+    ([3, 4, 5], [7, 9])
+    """
+    text = text.strip()
+    if ".." in text:
+        low_text, _, high_text = text.partition("..")
+        try:
+            low, high = int(low_text), int(high_text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"bad seed range {text!r}; use e.g. 0..39") from None
+        if high < low:
+            raise argparse.ArgumentTypeError(f"seed range {text!r} is empty; use low..high")
+        return list(range(low, high + 1))
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad seed list {text!r}; use e.g. 0,1,2") from None
+
+
+def add_run_parser(commands: Any) -> None:
+    """Add ``run`` to the script's subcommands."""
+    p: argparse.ArgumentParser = commands.add_parser(
+        "run",
+        help="evaluate a model against an env",
+        description=(
+            "Evaluate a model against an env. With no --env, Gymnasium's CartPole-v1 is served "
+            "in-process on loopback; with no --model, a built-in heuristic CartPole policy runs."
+        ),
+    )
+    p.add_argument("--env", help="gymnasium:<id>, module:attr, or an env server address")
+    p.add_argument("--model", help="module:attr, or a model server address")
+    p.add_argument("--episodes", type=int, help=f"episodes to run (default {DEFAULT_EPISODES})")
+    p.add_argument("--seeds", type=parse_seeds, help="seed list 0,1,2 or range 0..39")
+    p.add_argument("--base-seed", type=int, help="derive reset seeds from this seed")
+    p.add_argument("--max-episode-steps", type=int, help="truncate episodes after N steps")
+    p.add_argument("--max-episode-seconds", type=float, help="truncate episodes after S seconds")
+    p.add_argument("--execution-horizon", type=int, default=1, help="actions per predict")
+    p.add_argument("--prefetch-lead", type=int, default=0, help="frames of prefetch overlap")
+    p.add_argument("--token", help="auth token for the env (and model) server")
+    p.add_argument("--json", type=Path, help="write the report as JSON to this path")
+    p.add_argument("--no-progress", action="store_true", help="no live progress line")
+    p.set_defaults(handler=run_command)
+
+
+class _Progress(RuntimeHooks):
+    """Counts what the run has done; the ticker renders it, never the hot path."""
+
+    def __init__(self, episodes: int) -> None:
+        self.target = episodes
+        self.done = 0
+        self.steps = 0
+        self.reward_sum = 0.0
+        self.started = time.perf_counter()
+
+    async def step_completed(self, event: StepCompleted) -> None:
+        self.steps = event.total_steps
+
+    async def episode_completed(self, event: EpisodeCompleted) -> None:
+        self.done += 1
+        self.reward_sum += event.record.reward
+
+    def line(self) -> str:
+        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        mean = f"{self.reward_sum / self.done:8.2f}" if self.done else f"{'-':>8}"
+        width = 24
+        filled = int(width * self.done / self.target) if self.target else 0
+        bar = "#" * filled + "-" * (width - filled)
+        return (
+            f"[{bar}] {self.done}/{self.target} episodes  {self.steps / elapsed:8.0f} steps/s  "
+            f"mean reward {mean}"
+        )
+
+
+async def _ticker(progress: _Progress, stream: TextIO) -> None:
+    while True:
+        stream.write("\r" + progress.line())
+        stream.flush()
+        await trio.sleep(0.2)
+
+
+class _DriverSlot:
+    """The ``task_status`` a run reports its driver to, so that a signal can cancel it.
+
+    A cancel that comes before the driver exists is applied as soon as it does.
+    """
+
+    def __init__(self, scope: trio.CancelScope) -> None:
+        self.driver: RuntimeDriver | None = None
+        self.reason: str | None = None
+        self.report: RuntimeReport | None = None
+        self._scope = scope
+
+    def started(self, value: Any = None) -> None:
+        self.driver = value
+        if self.reason is not None and value is not None:
+            value.cancel(self.reason)
+
+    def cancel(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        if self.driver is not None:
+            self.driver.cancel(reason)
+        else:
+            self._scope.cancel()  # still connecting: nothing to report yet
+
+
+def _episode_count(args: argparse.Namespace) -> int:
+    seeds: list[int] = args.seeds or []
+    episodes: int | None = args.episodes
+    if seeds and episodes is not None and episodes != len(seeds):
+        raise SpecError(
+            f"--episodes {episodes} disagrees with the {len(seeds)} seeds given; "
+            "drop --episodes or give one seed per episode"
+        )
+    if episodes is None:
+        episodes = len(seeds) if seeds else DEFAULT_EPISODES
+    if episodes < 1:
+        raise SpecError(f"--episodes must be at least 1, got {episodes}")
+    return episodes
+
+
+async def _evaluate(args: argparse.Namespace, episodes: int, out: TextIO) -> RuntimeReport:
+    from .._facade import RunLocalOptions
+    from ..transports.grpc import serve_env
+
+    progress = _Progress(episodes)
+    show_progress = not args.no_progress and out.isatty()
+    async with trio.open_nursery() as nursery:
+        slot = _DriverSlot(nursery.cancel_scope)
+        await nursery.start(
+            watch_signals, lambda signum: slot.cancel(f"interrupted by {signum.name}")
+        )
+        env_target = args.env or DEFAULT_ENV
+        if is_address(env_target):
+            address = env_target
+        else:
+            env = load_env_target(env_target)
+            address = await nursery.start(serve_env, env, "127.0.0.1:0")
+        model_name = args.model or "built-in heuristic CartPole policy"
+        sys.stderr.write(
+            f"trio-rlmesh: evaluating {model_name} on {env_target} ({address}), "
+            f"{episodes} episodes\n"
+        )
+        sys.stderr.flush()
+        options = RunLocalOptions(
+            address,
+            token=args.token,
+            base_seed=args.base_seed,
+            episode_seeds=tuple(args.seeds or ()),
+            max_episodes=episodes,
+            max_episode_steps=args.max_episode_steps,
+            max_episode_seconds=args.max_episode_seconds,
+            execution_horizon=args.execution_horizon,
+            prefetch_lead=args.prefetch_lead,
+            close_env=False,
+        )
+        if show_progress:
+            nursery.start_soon(_ticker, progress, out)
+        try:
+            await _drive(args, options, progress, slot)
+        finally:
+            # The in-process env server, the ticker and the signal watcher end with the run.
+            nursery.cancel_scope.cancel()
+    if show_progress:
+        out.write("\r" + progress.line() + "\n")
+    if slot.report is None:  # cancelled while connecting
+        return RuntimeReport(
+            status="cancelled",
+            reason=slot.reason,
+            session_id="",
+            env_id="",
+            episodes=(),
+            total_steps=0,
+        )
+    return slot.report
+
+
+async def _drive(
+    args: argparse.Namespace, options: Any, hooks: RuntimeHooks, slot: _DriverSlot
+) -> None:
+    from .._facade import run_local, run_remote
+
+    if args.model and is_address(args.model):
+        slot.report = await run_remote(
+            args.model, options, model_token=args.token, hooks=hooks, task_status=slot
+        )
+    else:
+        model = load_model_target(args.model) if args.model else HeuristicCartPole()
+        slot.report = await run_local(model, options, hooks=hooks, task_status=slot)
+
+
+def run_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Entry point of ``trio-rlmesh run``; returns the process exit status."""
+    out = out or sys.stdout
+    try:
+        episodes = _episode_count(args)
+        report = trio.run(_evaluate, args, episodes, out)
+    except Exception as exc:  # the one place a failure becomes an exit status
+        failure = describe(exc)
+        sys.stderr.write(f"trio-rlmesh run: {failure.message}\n")
+        partial = getattr(unwrap(exc), "report", None)
+        data = partial.to_json_dict() if partial is not None else empty_report_dict("")
+        data["status"], data["reason"] = "failed", failure.reason
+        write_json(args.json, data)
+        return failure.exit_code
+    out.write(format_episodes(report) + "\n")
+    if report.telemetry:
+        from ..runtime import format_telemetry
+
+        out.write(format_telemetry(report.telemetry) + "\n")
+    write_json(args.json, report.to_json_dict())
+    return EXIT_CANCELLED if report.status == "cancelled" else EXIT_OK

@@ -1,0 +1,115 @@
+"""``trio-rlmesh serve-env`` and ``trio-rlmesh serve-model``.
+
+Both run until SIGINT (exit 130) or SIGTERM (exit 0), or until the server stops by itself
+(remote shutdown, idle timeout; exit 0). They print the bound address on one line and
+write it to ``--ready-file`` once serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ._exit import EXIT_CANCELLED, EXIT_OK, describe, watch_signals
+from ._targets import load_env_target, load_model_target
+
+__all__ = ["add_serve_parsers"]
+
+ServeFn = Callable[[trio.TaskStatus[str]], Awaitable[None]]
+
+
+def add_serve_parsers(commands: Any) -> None:
+    """Add ``serve-env`` and ``serve-model`` to the script's subcommands."""
+    serve_env = commands.add_parser("serve-env", help="serve a Gymnasium env")
+    serve_env.add_argument("env", metavar="ENV", help="gymnasium:<id> or module:attr")
+    serve_env.add_argument("--num-envs", type=int, default=None, help="lanes (factories only)")
+    serve_env.add_argument(
+        "--autoreset", choices=("next-step", "disabled"), default=None, help="vector envs"
+    )
+    serve_env.set_defaults(handler=serve_env_command)
+    serve_model = commands.add_parser("serve-model", help="serve a model")
+    serve_model.add_argument("model", metavar="MODEL", help="module:attr (class or instance)")
+    serve_model.set_defaults(handler=serve_model_command)
+    for sub in (serve_env, serve_model):
+        sub.add_argument("--bind", default="127.0.0.1:0", help="bind address")
+        sub.add_argument("--token", default=None, help="require this authorization token")
+        sub.add_argument("--ready-file", type=Path, default=None, help="write the address here")
+
+
+def serve_env_command(args: argparse.Namespace) -> int:
+    """Entry point of ``trio-rlmesh serve-env``; returns the exit status."""
+    from ..transports.grpc import serve_env
+
+    def prepare() -> ServeFn:
+        env = load_env_target(args.env)
+
+        async def serve(task_status: trio.TaskStatus[str]) -> None:
+            await serve_env(
+                env,
+                args.bind,
+                num_envs=args.num_envs,
+                autoreset=args.autoreset,
+                token=args.token,
+                task_status=task_status,
+            )
+
+        return serve
+
+    return _run_server(args, prepare)
+
+
+def serve_model_command(args: argparse.Namespace) -> int:
+    """Entry point of ``trio-rlmesh serve-model``; returns the exit status."""
+    from ..transports.grpc import serve_model
+
+    def prepare() -> ServeFn:
+        model = load_model_target(args.model)
+
+        async def serve(task_status: trio.TaskStatus[str]) -> None:
+            await serve_model(model, args.bind, token=args.token, task_status=task_status)
+
+        return serve
+
+    return _run_server(args, prepare)
+
+
+def _run_server(args: argparse.Namespace, prepare: Callable[[], ServeFn]) -> int:
+    try:
+        serve = prepare()
+        return trio.run(_serve, args, serve)
+    except Exception as exc:  # the one place a failure becomes an exit status
+        failure = describe(exc)
+        print(f"trio-rlmesh {args.command}: {failure.message}", file=sys.stderr)
+        return failure.exit_code
+
+
+async def _serve(args: argparse.Namespace, serve: ServeFn) -> int:
+    exit_code = EXIT_OK
+    async with trio.open_nursery() as nursery:
+
+        def stop(signum: signal.Signals) -> None:
+            nonlocal exit_code
+            exit_code = EXIT_CANCELLED if signum == signal.SIGINT else EXIT_OK
+            nursery.cancel_scope.cancel()
+
+        await nursery.start(watch_signals, stop)
+
+        async def run_server(task_status: trio.TaskStatus[str]) -> None:
+            await serve(task_status)
+            # Stopped by itself (remote shutdown, idle): end the signal watcher too.
+            nursery.cancel_scope.cancel()
+
+        address = await nursery.start(run_server)
+        if args.ready_file is not None:
+            # Written (atomically) before the stdout line, so either signal means ready.
+            partial = args.ready_file.with_name(args.ready_file.name + ".partial")
+            partial.write_text(address + "\n")
+            partial.replace(args.ready_file)
+        print(address, flush=True)
+    return exit_code
