@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,19 +52,33 @@ def test_heuristic_policy_pushes_toward_the_fall() -> None:
     assert int(policy.predict([0.0, 0.0, -0.1, 0.0])) == 0
 
 
+REPORT_KEYS = [
+    "status",
+    "reason",
+    "total_steps",
+    "env_step_calls",
+    "mean_reward",
+    "success_rate",
+    "episodes",
+    "telemetry",
+]
+
+
 def _check_report_schema(report: dict[str, object]) -> None:
-    assert set(report) == {
-        "status",
-        "reason",
-        "total_steps",
-        "mean_reward",
-        "episodes",
-        "telemetry",
-    }
+    assert list(report) == REPORT_KEYS
     for episode in report["episodes"]:  # type: ignore[attr-defined]
         assert set(episode) == EPISODE_KEYS
     for row in report["telemetry"]:  # type: ignore[attr-defined]
         assert set(row) == TELEMETRY_KEYS
+
+
+def test_the_documented_json_keys_are_the_reported_ones() -> None:
+    text = (ROOT / "docs" / "cli.md").read_text()
+    table = text[text.index("| key | type | meaning |") :].split("\n\n")[0]
+    documented = re.findall(r"^\| `([a-z_]+)` \|", table, flags=re.M)
+    assert documented == REPORT_KEYS
+    example = json.loads(re.findall(r"```json\n(.*?)\n```", text, flags=re.S)[0])
+    _check_report_schema(example)
 
 
 def test_run_with_seeds_writes_the_documented_report(

@@ -33,14 +33,8 @@ def format_episodes(report: RuntimeReport) -> str:
 
 def empty_report_dict(reason: str) -> dict[str, Any]:
     """The JSON report of a run that failed before it started."""
-    return {
-        "status": "failed",
-        "reason": reason,
-        "total_steps": 0,
-        "mean_reward": 0.0,
-        "episodes": [],
-        "telemetry": [],
-    }
+    report = RuntimeReport("failed", reason, "", "", (), env_step_calls=0)
+    return report.to_json_dict()
 
 
 def write_json(path: Path | None, data: dict[str, Any]) -> None:

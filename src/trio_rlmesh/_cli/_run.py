@@ -198,7 +198,7 @@ async def _evaluate(args: argparse.Namespace, episodes: int, out: TextIO) -> Run
             session_id="",
             env_id="",
             episodes=(),
-            total_steps=0,
+            env_step_calls=0,
         )
     return slot.report
 
