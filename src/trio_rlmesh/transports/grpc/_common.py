@@ -15,6 +15,7 @@ import hmac
 import importlib.metadata
 import os
 import platform
+import socket
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
@@ -408,6 +409,28 @@ def _where(operation: str, address: str | None, step: int | None, lane: int | No
     return " ".join(parts)
 
 
+_SERVICES: Final = {"env": "EnvService", "model": "ModelService"}
+
+
+def _service(operation: str) -> str:
+    """``rlmesh.env.v1.EnvService`` for ``env.*`` operations, and so on."""
+    side = operation.partition(".")[0]
+    name = _SERVICES.get(side)
+    return f"rlmesh.{side}.v1.{name}" if name else "this service"
+
+
+def _connect_failure(exc: OSError, address: str | None) -> str | None:
+    """Why connecting failed, when ``exc`` says the connection was never made."""
+    target = address or "the server"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"could not connect to {target}: connection refused; is the server running?"
+    if isinstance(exc, FileNotFoundError) and str(address or "").startswith("unix://"):
+        return f"could not connect to {target}: no such socket file; is the server running?"
+    if isinstance(exc, socket.gaierror):
+        return f"could not connect to {target}: cannot resolve the host ({exc.strerror or exc})"
+    return None
+
+
 def map_grpc_error(
     exc: BaseException,
     *,
@@ -415,14 +438,21 @@ def map_grpc_error(
     address: str | None,
     step: int | None = None,
     lane: int | None = None,
+    token_sent: bool | None = None,
 ) -> Error:
     """Turn a grpclib, socket or timeout exception into this package's error.
 
     * UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED → recoverable :class:`TransportError`;
-    * UNAUTHENTICATED → :class:`TransportError` saying the token was missing or rejected;
+    * UNAUTHENTICATED → :class:`TransportError` saying the server rejected the token
+      (``token_sent`` true) or requires one (``token_sent`` false: none was sent);
+    * UNIMPLEMENTED → :class:`TransportError` saying the server does not serve the
+      operation's service (``env.*``: EnvService, ``model.*``: ModelService), which
+      usually means the address is another kind of server;
     * DEADLINE_EXCEEDED and :class:`TimeoutError` → :class:`OperationTimeout`;
     * any other status → :class:`TransportError` carrying the status name as ``code``;
-    * lost connections (:class:`OSError`, grpclib's ``StreamTerminatedError``, EOF) →
+    * a connection that could not be made (refused, no Unix socket file, an unresolvable
+      host) → :class:`TransportError` saying it could not connect;
+    * lost connections (other :class:`OSError`, grpclib's ``StreamTerminatedError``, EOF) →
       :class:`TransportError` naming the address, operation and step;
     * grpclib's own protocol violations → :class:`ProtocolError`.
 
@@ -443,9 +473,22 @@ def map_grpc_error(
         status = exc.status
         detail = f": {exc.message}" if exc.message else ""
         if status is Status.UNAUTHENTICATED:
+            if token_sent is None:
+                problem = "the server refused the call: the token is missing or wrong"
+            elif token_sent:
+                problem = "the server rejected the token"
+            else:
+                problem = "the server requires a token and none was sent"
             return TransportError(
-                f"{where} failed: the server rejected the token (UNAUTHENTICATED{detail}); "
+                f"{where} failed: {problem} (UNAUTHENTICATED{detail}); "
                 "pass the token the server was started with",
+                code=status.name,
+                **context,
+            )
+        if status is Status.UNIMPLEMENTED:
+            return TransportError(
+                f"{where} failed: the server does not serve {_service(operation)} "
+                f"(UNIMPLEMENTED{detail}); is the address right?",
                 code=status.name,
                 **context,
             )
@@ -461,6 +504,10 @@ def map_grpc_error(
         )
     if isinstance(exc, TimeoutError):
         return OperationTimeout(f"{where} timed out", **context)
+    if isinstance(exc, OSError):
+        refused = _connect_failure(exc, address)
+        if refused is not None:
+            return TransportError(f"{refused} ({operation})", **context)
     if isinstance(exc, (OSError, StreamTerminatedError, EOFError)):
         reason = str(exc) or type(exc).__name__
         return TransportError(f"connection lost during {where}: {reason}", **context)

@@ -169,6 +169,7 @@ class _JoinConnection:
     def __init__(self, address: Address, token: str | None) -> None:
         self.address = address
         self._metadata = auth_metadata(token)
+        self.token_sent = self._metadata is not None
         self._channel: Channel | None = None
         self._stream: Stream[bytes, Any] | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -552,11 +553,11 @@ class EnvClient:
                     code=exc.status.name,
                     **context,
                 ) from exc
-            raise map_grpc_error(exc, **context) from exc
+            raise map_grpc_error(exc, **context, token_sent=self._conn.token_sent) from exc
         except Error as exc:
             raise exc.with_context(**context) from None
         except Exception as exc:
-            raise map_grpc_error(exc, **context) from exc
+            raise map_grpc_error(exc, **context, token_sent=self._conn.token_sent) from exc
         kind, _ = betterproto2.which_one_of(response, "kind")
         if kind == "error":
             raise self._env_error(response.error, context)
@@ -699,7 +700,7 @@ class EnvClient:
                 **context,
             ) from None
         except Exception as exc:
-            raise map_grpc_error(exc, **context) from exc
+            raise map_grpc_error(exc, **context, token_sent=self._conn.token_sent) from exc
         finally:
             with trio.CancelScope(shield=True):
                 await self._portal.run(self._conn.aclose)
@@ -723,7 +724,7 @@ class EnvClient:
                 self._conn.unary, ENV_SHUTDOWN, request, env_v1.ShutdownResponse
             )
         except Exception as exc:
-            raise map_grpc_error(exc, **context) from exc
+            raise map_grpc_error(exc, **context, token_sent=self._conn.token_sent) from exc
         return response.base or core_v1.ShutdownResponse()
 
 
@@ -781,7 +782,7 @@ async def open_env_client(
                     **context,
                 ) from None
             except Exception as exc:
-                raise map_grpc_error(exc, **context) from exc
+                raise map_grpc_error(exc, **context, token_sent=conn.token_sent) from exc
             base, contract, edition = _validate_handshake(response, editions, display)
             client = EnvClient(
                 portal,

@@ -75,6 +75,7 @@ class _ModelJoin:
     def __init__(self, host: str | None, port: int | None, path: str | None, token: str | None):
         self._host, self._port, self._path = host, port, path
         self._metadata = auth_metadata(token)
+        self.token_sent = self._metadata is not None
         self._channel: Channel | None = None
         self._stream: Stream[model_v1.JoinRequest, model_v1.JoinResponse] | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -230,7 +231,9 @@ class ModelClient:
         except Error:
             raise
         except Exception as exc:
-            raise map_grpc_error(exc, operation=operation, address=self.address) from exc
+            raise map_grpc_error(
+                exc, operation=operation, address=self.address, token_sent=self._join.token_sent
+            ) from exc
 
     def _expect(self, response: model_v1.JoinResponse, kind: str, operation: str) -> Any:
         got, value = betterproto2.which_one_of(response, "kind")
@@ -316,7 +319,12 @@ class ModelClient:
                 self._join.unary, MODEL_SHUTDOWN, request, model_v1.ShutdownResponse
             )
         except Exception as exc:
-            raise map_grpc_error(exc, operation="model.shutdown", address=self.address) from exc
+            raise map_grpc_error(
+                exc,
+                operation="model.shutdown",
+                address=self.address,
+                token_sent=self._join.token_sent,
+            ) from exc
         return response.base or core_v1.ShutdownResponse()
 
 
@@ -372,7 +380,9 @@ async def open_model_client(
             except Error:
                 raise
             except Exception as exc:
-                raise map_grpc_error(exc, operation="model.connect", address=shown) from exc
+                raise map_grpc_error(
+                    exc, operation="model.connect", address=shown, token_sent=join.token_sent
+                ) from exc
             client = ModelClient(portal, join, shown, base)
             yield client
         finally:
