@@ -1,14 +1,70 @@
-"""Envs the CLI tests serve by ``module:attr``."""
+"""Envs the CLI tests name by ``module:attr``."""
 
 from __future__ import annotations
 
-from tests.transports.grpc.env_server_support import SlowEnv
+import time
+from typing import Any
 
-ENV = SlowEnv()
+import gymnasium as gym
+import numpy as np
 
 
-def make() -> SlowEnv:
-    return SlowEnv()
+class Counter(gym.Env[np.ndarray, np.int64]):
+    """Counts steps: reward 1 per step, terminated after ``length`` steps.
+
+    Its spaces are set in ``__init__``, so only an instance has them. With ``success``
+    set, the final info reports ``is_success`` (true on even-seeded episodes). ``delay``
+    sleeps that many seconds in each step (slow, never hung).
+    """
+
+    def __init__(
+        self, length: int = 3, success: bool = False, delay: float = 0.0, scale: float = 1.0
+    ) -> None:
+        self.observation_space = gym.spaces.Box(-1e6, 1e6, shape=(1,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.length, self.success, self.delay, self.scale = length, success, delay, scale
+        self.t = 0
+        self.seed_value: int | None = None
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t, self.seed_value = 0, seed
+        return np.array([0.0], dtype=np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.delay:
+            time.sleep(self.delay)
+        self.t += 1
+        done = self.t >= self.length
+        info: dict[str, Any] = {}
+        if done and self.success:
+            info["is_success"] = (self.seed_value or 0) % 2 == 0
+        return np.array([float(self.t)], dtype=np.float32), self.scale, done, False, info
+
+
+class Unlicensed(Counter):
+    """Fails in its constructor, as an env whose simulator is missing a licence would."""
+
+    def __init__(self) -> None:
+        raise RuntimeError("no licence found")
+
+
+ENV = Counter()
+
+
+def make() -> Counter:
+    return Counter()
+
+
+def returns_int() -> int:
+    return 42
 
 
 NOT_AN_ENV = 42
+
+
+def needs_box2d() -> Any:
+    """A factory that fails as Gymnasium's Box2D envs do without Box2D."""
+    raise gym.error.DependencyNotInstalled("Box2D is not installed, run `pip install box2d`")

@@ -8,7 +8,9 @@ exit status (:func:`describe`); SIGINT and SIGTERM are watched by one task
 
 from __future__ import annotations
 
+import os
 import signal
+import traceback
 from collections.abc import Callable
 from typing import Final
 
@@ -23,6 +25,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "Failure",
+    "UsageError",
     "describe",
     "unwrap",
     "watch_signals",
@@ -33,6 +36,14 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_CANCELLED: Final = 130
 """A run cancelled by SIGINT or SIGTERM; a server stopped by SIGINT."""
+
+
+DEBUG_VARIABLE: Final = "TRIO_RLMESH_DEBUG"
+"""Set it (to anything but empty) to get the traceback of an unexpected error."""
+
+
+class UsageError(SpecError):
+    """A mistake on the command line (exit status 2); the message says what to do instead."""
 
 
 def unwrap(exc: BaseException) -> BaseException:
@@ -71,14 +82,25 @@ class Failure:
 
 
 def describe(exc: BaseException) -> Failure:
-    """One line and an exit status for ``exc`` (unwrapped first)."""
+    """One line and an exit status for ``exc`` (unwrapped first).
+
+    * a :class:`~trio_rlmesh.SpecError` raised before the run started (a bad argument, a
+      target that cannot be loaded, an option the env cannot run with): exit status 2;
+    * any other :class:`~trio_rlmesh.Error` (env, model, transport, protocol, timeout):
+      exit status 1, its message as it is;
+    * anything else is unexpected: exit status 1, the exception's class and message (and
+      its traceback on stderr when ``TRIO_RLMESH_DEBUG`` is set).
+    """
     cause = unwrap(exc)
     reason = f"{type(cause).__name__}: {cause}"
     if isinstance(cause, SpecError) and cause.report is None:
         return Failure(str(cause), EXIT_USAGE, reason)
     if isinstance(cause, Error):
+        return Failure(str(cause), EXIT_FAILED, reason)
+    if os.environ.get(DEBUG_VARIABLE):
+        traceback.print_exception(cause)
         return Failure(reason, EXIT_FAILED, reason)
-    return Failure(reason, EXIT_FAILED, reason)
+    return Failure(f"{reason} (set {DEBUG_VARIABLE}=1 for the traceback)", EXIT_FAILED, reason)
 
 
 async def watch_signals(

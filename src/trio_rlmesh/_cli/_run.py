@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
+import attrs
 import trio
 
-from .._errors import SpecError
 from ..runtime import EpisodeCompleted, RuntimeDriver, RuntimeHooks, RuntimeReport, StepCompleted
-from ._exit import EXIT_CANCELLED, EXIT_OK, describe, unwrap, watch_signals
+from ._exit import EXIT_CANCELLED, EXIT_OK, UsageError, describe, unwrap, watch_signals
 from ._output import empty_report_dict, format_episodes, write_json
 from ._policies import HeuristicCartPole
-from ._targets import is_address, load_env_target, load_model_target
+from ._targets import (
+    add_env_kwargs_options,
+    check_address,
+    env_kwargs,
+    is_address,
+    load_env_target,
+    load_model_target,
+)
 
 __all__ = ["add_run_parser", "parse_seeds", "run_command"]
 
@@ -56,6 +64,7 @@ def add_run_parser(commands: Any) -> None:
         ),
     )
     p.add_argument("--env", help="gymnasium:<id>, module:attr, or an env server address")
+    add_env_kwargs_options(p)
     p.add_argument("--model", help="module:attr, or a model server address")
     p.add_argument("--episodes", type=int, help=f"episodes to run (default {DEFAULT_EPISODES})")
     p.add_argument("--seeds", type=parse_seeds, help="seed list 0,1,2 or range 0..39")
@@ -68,6 +77,78 @@ def add_run_parser(commands: Any) -> None:
     p.add_argument("--json", type=Path, help="write the report as JSON to this path")
     p.add_argument("--no-progress", action="store_true", help="no live progress line")
     p.set_defaults(handler=run_command)
+
+
+@attrs.frozen
+class _Plan:
+    """A run, checked and loaded before anything starts."""
+
+    episodes: int
+    env_label: str
+    env_address: str | None
+    """The env server to connect to; ``None``: serve :attr:`env` in-process."""
+    env: Any
+    model_label: str
+    model_address: str | None
+    model: Any
+
+
+def _check_options(args: argparse.Namespace) -> int:
+    """Check the numeric options; returns the episode count."""
+    seeds: list[int] = args.seeds or []
+    episodes: int | None = args.episodes
+    if seeds and episodes is not None and episodes != len(seeds):
+        raise UsageError(
+            f"--episodes {episodes} disagrees with the {len(seeds)} seeds given; "
+            "drop --episodes or give one seed per episode"
+        )
+    if episodes is None:
+        episodes = len(seeds) if seeds else DEFAULT_EPISODES
+    if episodes < 1:
+        raise UsageError(f"--episodes must be at least 1, got {episodes}")
+    if args.execution_horizon < 1:
+        raise UsageError(
+            f"--execution-horizon must be at least 1 (actions per predict), "
+            f"got {args.execution_horizon}"
+        )
+    if args.prefetch_lead < 0:
+        raise UsageError(f"--prefetch-lead must be 0 or more frames, got {args.prefetch_lead}")
+    if args.max_episode_steps is not None and args.max_episode_steps < 1:
+        raise UsageError(f"--max-episode-steps must be at least 1, got {args.max_episode_steps}")
+    seconds = args.max_episode_seconds
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"--max-episode-seconds must be a positive number, got {seconds}")
+    return episodes
+
+
+def _plan(args: argparse.Namespace) -> _Plan:
+    """Check every argument and load every target, before anything starts."""
+    episodes = _check_options(args)
+    kwargs = env_kwargs(args.env_kwargs, args.env_arg)
+    env_label = args.env or DEFAULT_ENV
+    env_address: str | None = None
+    env: Any = None
+    if is_address(env_label):
+        if kwargs:
+            raise UsageError(
+                "--env-kwargs/--env-arg configure an env served in-process; "
+                f"--env {env_label} is a server address"
+            )
+        env_address = check_address(env_label, "--env")
+    else:
+        env = load_env_target(env_label, kwargs, run=True)
+    model_address: str | None = None
+    model: Any = None
+    if args.model is None:
+        model_label = "the built-in heuristic CartPole policy"
+        model = HeuristicCartPole()
+    elif is_address(args.model):
+        model_label = args.model
+        model_address = check_address(args.model, "--model")
+    else:
+        model_label = args.model
+        model = load_model_target(args.model)
+    return _Plan(episodes, env_label, env_address, env, model_label, model_address, model)
 
 
 class _Progress(RuntimeHooks):
@@ -109,7 +190,7 @@ async def _ticker(progress: _Progress, stream: TextIO) -> None:
 class _DriverSlot:
     """The ``task_status`` a run reports its driver to, so that a signal can cancel it.
 
-    A cancel that comes before the driver exists is applied as soon as it does.
+    A cancel that comes before the driver exists cancels the connect instead.
     """
 
     def __init__(self, scope: trio.CancelScope) -> None:
@@ -132,42 +213,24 @@ class _DriverSlot:
             self._scope.cancel()  # still connecting: nothing to report yet
 
 
-def _episode_count(args: argparse.Namespace) -> int:
-    seeds: list[int] = args.seeds or []
-    episodes: int | None = args.episodes
-    if seeds and episodes is not None and episodes != len(seeds):
-        raise SpecError(
-            f"--episodes {episodes} disagrees with the {len(seeds)} seeds given; "
-            "drop --episodes or give one seed per episode"
-        )
-    if episodes is None:
-        episodes = len(seeds) if seeds else DEFAULT_EPISODES
-    if episodes < 1:
-        raise SpecError(f"--episodes must be at least 1, got {episodes}")
-    return episodes
-
-
-async def _evaluate(args: argparse.Namespace, episodes: int, out: TextIO) -> RuntimeReport:
+async def _evaluate(args: argparse.Namespace, plan: _Plan, out: TextIO) -> RuntimeReport:
     from .._facade import RunLocalOptions
     from ..transports.grpc import serve_env
 
-    progress = _Progress(episodes)
+    progress = _Progress(plan.episodes)
     show_progress = not args.no_progress and out.isatty()
     async with trio.open_nursery() as nursery:
         slot = _DriverSlot(nursery.cancel_scope)
         await nursery.start(
             watch_signals, lambda signum: slot.cancel(f"interrupted by {signum.name}")
         )
-        env_target = args.env or DEFAULT_ENV
-        if is_address(env_target):
-            address = env_target
+        if plan.env_address is None:
+            address = await nursery.start(serve_env, plan.env, "127.0.0.1:0")
         else:
-            env = load_env_target(env_target)
-            address = await nursery.start(serve_env, env, "127.0.0.1:0")
-        model_name = args.model or "built-in heuristic CartPole policy"
+            address = plan.env_address
+        count = f"{plan.episodes} episode{'' if plan.episodes == 1 else 's'}"
         sys.stderr.write(
-            f"trio-rlmesh: evaluating {model_name} on {env_target} ({address}), "
-            f"{episodes} episodes\n"
+            f"trio-rlmesh: evaluating {plan.model_label} on {plan.env_label} ({address}), {count}\n"
         )
         sys.stderr.flush()
         options = RunLocalOptions(
@@ -175,7 +238,7 @@ async def _evaluate(args: argparse.Namespace, episodes: int, out: TextIO) -> Run
             token=args.token,
             base_seed=args.base_seed,
             episode_seeds=tuple(args.seeds or ()),
-            max_episodes=episodes,
+            max_episodes=plan.episodes,
             max_episode_steps=args.max_episode_steps,
             max_episode_seconds=args.max_episode_seconds,
             execution_horizon=args.execution_horizon,
@@ -185,7 +248,7 @@ async def _evaluate(args: argparse.Namespace, episodes: int, out: TextIO) -> Run
         if show_progress:
             nursery.start_soon(_ticker, progress, out)
         try:
-            await _drive(args, options, progress, slot)
+            await _drive(args, plan, options, progress, slot)
         finally:
             # The in-process env server, the ticker and the signal watcher end with the run.
             nursery.cancel_scope.cancel()
@@ -204,25 +267,24 @@ async def _evaluate(args: argparse.Namespace, episodes: int, out: TextIO) -> Run
 
 
 async def _drive(
-    args: argparse.Namespace, options: Any, hooks: RuntimeHooks, slot: _DriverSlot
+    args: argparse.Namespace, plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSlot
 ) -> None:
     from .._facade import run_local, run_remote
 
-    if args.model and is_address(args.model):
+    if plan.model_address is not None:
         slot.report = await run_remote(
-            args.model, options, model_token=args.token, hooks=hooks, task_status=slot
+            plan.model_address, options, model_token=args.token, hooks=hooks, task_status=slot
         )
     else:
-        model = load_model_target(args.model) if args.model else HeuristicCartPole()
-        slot.report = await run_local(model, options, hooks=hooks, task_status=slot)
+        slot.report = await run_local(plan.model, options, hooks=hooks, task_status=slot)
 
 
 def run_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Entry point of ``trio-rlmesh run``; returns the process exit status."""
     out = out or sys.stdout
     try:
-        episodes = _episode_count(args)
-        report = trio.run(_evaluate, args, episodes, out)
+        plan = _plan(args)
+        report = trio.run(_evaluate, args, plan, out)
     except Exception as exc:  # the one place a failure becomes an exit status
         failure = describe(exc)
         sys.stderr.write(f"trio-rlmesh run: {failure.message}\n")

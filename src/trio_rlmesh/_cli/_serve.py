@@ -16,8 +16,14 @@ from typing import Any
 
 import trio
 
-from ._exit import EXIT_CANCELLED, EXIT_OK, describe, watch_signals
-from ._targets import load_env_target, load_model_target
+from ._exit import EXIT_CANCELLED, EXIT_OK, UsageError, describe, watch_signals
+from ._targets import (
+    add_env_kwargs_options,
+    check_bind_address,
+    env_kwargs,
+    load_env_target,
+    load_model_target,
+)
 
 __all__ = ["add_serve_parsers"]
 
@@ -32,6 +38,7 @@ def add_serve_parsers(commands: Any) -> None:
     serve_env.add_argument(
         "--autoreset", choices=("next-step", "disabled"), default=None, help="vector envs"
     )
+    add_env_kwargs_options(serve_env)
     serve_env.set_defaults(handler=serve_env_command)
     serve_model = commands.add_parser("serve-model", help="serve a model")
     serve_model.add_argument("model", metavar="MODEL", help="module:attr (class or instance)")
@@ -47,7 +54,15 @@ def serve_env_command(args: argparse.Namespace) -> int:
     from ..transports.grpc import serve_env
 
     def prepare() -> ServeFn:
-        env = load_env_target(args.env)
+        if args.num_envs is not None and args.num_envs < 1:
+            raise UsageError(f"--num-envs must be at least 1, got {args.num_envs}")
+        check_bind_address(args.bind)
+        env = load_env_target(args.env, env_kwargs(args.env_kwargs, args.env_arg))
+        if args.num_envs not in (None, 1) and not callable(env):
+            raise UsageError(
+                f"--num-envs {args.num_envs} needs a gymnasium:<id>, a class or a function "
+                f"(one env per lane); ENV {args.env!r} is one env object"
+            )
 
         async def serve(task_status: trio.TaskStatus[str]) -> None:
             await serve_env(
@@ -69,6 +84,7 @@ def serve_model_command(args: argparse.Namespace) -> int:
     from ..transports.grpc import serve_model
 
     def prepare() -> ServeFn:
+        check_bind_address(args.bind)
         model = load_model_target(args.model)
 
         async def serve(task_status: trio.TaskStatus[str]) -> None:
