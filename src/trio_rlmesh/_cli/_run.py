@@ -12,6 +12,7 @@ from typing import Any, TextIO
 import attrs
 import trio
 
+from .._errors import Error, TransportError
 from ..runtime import EpisodeCompleted, RuntimeDriver, RuntimeHooks, RuntimeReport, StepCompleted
 from ._exit import EXIT_CANCELLED, EXIT_OK, UsageError, describe, unwrap, watch_signals
 from ._output import empty_report_dict, format_episodes, write_json
@@ -24,11 +25,23 @@ from ._targets import (
     load_env_target,
     load_model_target,
 )
+from ._tokens import (
+    ENV_TOKEN_VARIABLE,
+    MODEL_TOKEN_VARIABLE,
+    TOKEN_VARIABLE,
+    Side,
+    add_side_token_options,
+    add_token_options,
+    explicit_side_token,
+    resolve_token,
+)
 
 __all__ = ["add_run_parser", "parse_seeds", "run_command"]
 
 DEFAULT_ENV = "gymnasium:CartPole-v1"
 DEFAULT_EPISODES = 10
+PROBE_TIMEOUT = 5.0
+"""Seconds a handshake that tells an env server from a model server may take."""
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -73,7 +86,8 @@ def add_run_parser(commands: Any) -> None:
     p.add_argument("--max-episode-seconds", type=float, help="truncate episodes after S seconds")
     p.add_argument("--execution-horizon", type=int, default=1, help="actions per predict")
     p.add_argument("--prefetch-lead", type=int, default=0, help="frames of prefetch overlap")
-    p.add_argument("--token", help="auth token for the env (and model) server")
+    add_token_options(p, "auth token for the env and model servers")
+    add_side_token_options(p)
     p.add_argument("--json", type=Path, help="write the report as JSON to this path")
     p.add_argument("--no-progress", action="store_true", help="no live progress line")
     p.set_defaults(handler=run_command)
@@ -91,6 +105,8 @@ class _Plan:
     model_label: str
     model_address: str | None
     model: Any
+    env_token: str | None = None
+    model_token: str | None = None
 
 
 def _check_options(args: argparse.Namespace) -> int:
@@ -148,7 +164,30 @@ def _plan(args: argparse.Namespace) -> _Plan:
     else:
         model_label = args.model
         model = load_model_target(args.model)
-    return _Plan(episodes, env_label, env_address, env, model_label, model_address, model)
+    return _Plan(
+        episodes,
+        env_label,
+        env_address,
+        env,
+        model_label,
+        model_address,
+        model,
+        env_token=_token(args, "env", env_address),
+        model_token=_token(args, "model", model_address),
+    )
+
+
+def _token(args: argparse.Namespace, side: Side, address: str | None) -> str | None:
+    """The token to send to ``side``'s server; none for a side that runs in-process."""
+    if address is not None:
+        return resolve_token(args, side)
+    option = explicit_side_token(args, side)
+    if option is not None:
+        raise UsageError(
+            f"{option} is for a {side} server address, but the {side} runs in-process; "
+            f"drop {option} or pass the server's address as --{side}"
+        )
+    return None
 
 
 class _Progress(RuntimeHooks):
@@ -235,7 +274,7 @@ async def _evaluate(args: argparse.Namespace, plan: _Plan, out: TextIO) -> Runti
         sys.stderr.flush()
         options = RunLocalOptions(
             address,
-            token=args.token,
+            token=plan.env_token,
             base_seed=args.base_seed,
             episode_seeds=tuple(args.seeds or ()),
             max_episodes=plan.episodes,
@@ -248,7 +287,7 @@ async def _evaluate(args: argparse.Namespace, plan: _Plan, out: TextIO) -> Runti
         if show_progress:
             nursery.start_soon(_ticker, progress, out)
         try:
-            await _drive(args, plan, options, progress, slot)
+            await _drive(plan, options, progress, slot)
         finally:
             # The in-process env server, the ticker and the signal watcher end with the run.
             nursery.cancel_scope.cancel()
@@ -266,17 +305,80 @@ async def _evaluate(args: argparse.Namespace, plan: _Plan, out: TextIO) -> Runti
     return slot.report
 
 
-async def _drive(
-    args: argparse.Namespace, plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSlot
-) -> None:
+async def _drive(plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSlot) -> None:
     from .._facade import run_local, run_remote
 
-    if plan.model_address is not None:
-        slot.report = await run_remote(
-            plan.model_address, options, model_token=args.token, hooks=hooks, task_status=slot
-        )
-    else:
-        slot.report = await run_local(plan.model, options, hooks=hooks, task_status=slot)
+    try:
+        if plan.model_address is not None:
+            slot.report = await run_remote(
+                plan.model_address,
+                options,
+                model_token=plan.model_token,
+                hooks=hooks,
+                task_status=slot,
+            )
+        else:
+            slot.report = await run_local(plan.model, options, hooks=hooks, task_status=slot)
+    except TransportError as exc:
+        raise await _explain_connect_failure(exc, plan) from exc
+
+
+_CONNECTS: dict[str | None, Side] = {"env.handshake": "env", "model.connect": "model"}
+_OTHER: dict[Side, Side] = {"env": "model", "model": "env"}
+_TOKEN_SOURCES: dict[Side, str] = {
+    "env": f"--env-token, --token, a --token-file or ${ENV_TOKEN_VARIABLE}/${TOKEN_VARIABLE}",
+    "model": f"--model-token, --token, a --token-file or ${MODEL_TOKEN_VARIABLE}/${TOKEN_VARIABLE}",
+}
+
+
+async def _explain_connect_failure(error: TransportError, plan: _Plan) -> Error:
+    """Say what a failed connect means on the command line.
+
+    An address given for one service that serves the other (an env server passed as
+    ``--model``, or the reverse) is told apart by a handshake on the other service; a token
+    problem names the options that carry tokens.
+    """
+    side = _CONNECTS.get(error.operation)
+    address = plan.env_address if side == "env" else plan.model_address
+    if side is None or address is None:
+        return error
+    token = plan.env_token if side == "env" else plan.model_token
+    if error.code == "UNAUTHENTICATED":
+        return _with_message(error, f"{error.message} ({_TOKEN_SOURCES[side]})")
+    if error.code is None:
+        return error  # no gRPC answer at all: nothing else to learn from the server
+    other = _OTHER[side]
+    if not await _serves(other, address, token):
+        return error
+    return UsageError(
+        f"--{side} {address} is {'an' if other == 'env' else 'a'} {other} server (it answers "
+        f"rlmesh.{other}.v1.{other.capitalize()}Service, not the {side} service): pass it as "
+        f"--{other}, and the {side} server's address (or a target) as --{side}"
+    )
+
+
+def _with_message(error: TransportError, message: str) -> TransportError:
+    return TransportError(
+        message,
+        recoverable=error.recoverable,
+        operation=error.operation,
+        address=error.address,
+        code=error.code,
+    )
+
+
+async def _serves(side: Side, address: str, token: str | None) -> bool:
+    """Whether the server at ``address`` completes a ``side`` handshake (or wants a token)."""
+    from ..transports.grpc import open_env_client, open_model_client
+
+    opener = open_env_client if side == "env" else open_model_client
+    with trio.move_on_after(PROBE_TIMEOUT):
+        try:
+            async with opener(address, token=token):
+                return True
+        except Error as exc:
+            return exc.code == "UNAUTHENTICATED"
+    return False
 
 
 def run_command(args: argparse.Namespace, out: TextIO | None = None) -> int:

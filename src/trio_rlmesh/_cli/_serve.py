@@ -24,6 +24,7 @@ from ._targets import (
     load_env_target,
     load_model_target,
 )
+from ._tokens import add_token_options, resolve_token
 
 __all__ = ["add_serve_parsers"]
 
@@ -45,7 +46,7 @@ def add_serve_parsers(commands: Any) -> None:
     serve_model.set_defaults(handler=serve_model_command)
     for sub in (serve_env, serve_model):
         sub.add_argument("--bind", default="127.0.0.1:0", help="bind address")
-        sub.add_argument("--token", default=None, help="require this authorization token")
+        add_token_options(sub, "require this authorization token")
         sub.add_argument("--ready-file", type=Path, default=None, help="write the address here")
 
 
@@ -57,6 +58,7 @@ def serve_env_command(args: argparse.Namespace) -> int:
         if args.num_envs is not None and args.num_envs < 1:
             raise UsageError(f"--num-envs must be at least 1, got {args.num_envs}")
         check_bind_address(args.bind)
+        token = resolve_token(args)
         env = load_env_target(args.env, env_kwargs(args.env_kwargs, args.env_arg))
         if args.num_envs not in (None, 1) and not callable(env):
             raise UsageError(
@@ -70,7 +72,7 @@ def serve_env_command(args: argparse.Namespace) -> int:
                 args.bind,
                 num_envs=args.num_envs,
                 autoreset=args.autoreset,
-                token=args.token,
+                token=token,
                 task_status=task_status,
             )
 
@@ -85,10 +87,11 @@ def serve_model_command(args: argparse.Namespace) -> int:
 
     def prepare() -> ServeFn:
         check_bind_address(args.bind)
+        token = resolve_token(args)
         model = load_model_target(args.model)
 
         async def serve(task_status: trio.TaskStatus[str]) -> None:
-            await serve_model(model, args.bind, token=args.token, task_status=task_status)
+            await serve_model(model, args.bind, token=token, task_status=task_status)
 
         return serve
 
