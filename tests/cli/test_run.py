@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from trio_rlmesh._cli import main
-from trio_rlmesh._cli._policies import HeuristicCartPole
 from trio_rlmesh._cli._run import parse_seeds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,12 +43,6 @@ def test_parse_seeds(text: str, seeds: list[int]) -> None:
 def test_parse_seeds_rejects_nonsense(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         parse_seeds(text)
-
-
-def test_heuristic_policy_pushes_toward_the_fall() -> None:
-    policy = HeuristicCartPole()
-    assert int(policy.predict([0.0, 0.0, 0.1, 0.0])) == 1
-    assert int(policy.predict([0.0, 0.0, -0.1, 0.0])) == 0
 
 
 REPORT_KEYS = [

@@ -7,7 +7,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 import attrs
 import trio
@@ -16,7 +16,7 @@ from .._errors import Error, TransportError
 from ..runtime import EpisodeCompleted, RuntimeDriver, RuntimeHooks, RuntimeReport, StepCompleted
 from ._exit import EXIT_CANCELLED, EXIT_OK, UsageError, describe, unwrap, watch_signals
 from ._output import empty_report_dict, format_episodes, write_json
-from ._policies import HeuristicCartPole
+from ._policies import HeuristicCartPole, RandomPolicy, is_cartpole
 from ._targets import (
     add_env_kwargs_options,
     check_address,
@@ -40,6 +40,8 @@ __all__ = ["add_run_parser", "parse_seeds", "run_command"]
 
 DEFAULT_ENV = "gymnasium:CartPole-v1"
 DEFAULT_EPISODES = 10
+RANDOM_MODEL = "random"
+"""``--model random``: the random baseline (RLMesh's ``RANDOM_SAMPLE``)."""
 PROBE_TIMEOUT = 5.0
 """Seconds a handshake that tells an env server from a model server may take."""
 
@@ -73,12 +75,15 @@ def add_run_parser(commands: Any) -> None:
         help="evaluate a model against an env",
         description=(
             "Evaluate a model against an env. With no --env, Gymnasium's CartPole-v1 is served "
-            "in-process on loopback; with no --model, a built-in heuristic CartPole policy runs."
+            "in-process on loopback. With no --model, a built-in heuristic policy runs on "
+            "CartPole and a random policy (--model random) on any other env."
         ),
     )
     p.add_argument("--env", help="gymnasium:<id>, module:attr, or an env server address")
     add_env_kwargs_options(p)
-    p.add_argument("--model", help="module:attr, or a model server address")
+    p.add_argument(
+        "--model", help="module:attr, a model server address, or 'random' (samples actions)"
+    )
     p.add_argument("--episodes", type=int, help=f"episodes to run (default {DEFAULT_EPISODES})")
     p.add_argument("--seeds", type=parse_seeds, help="seed list 0,1,2 or range 0..39")
     p.add_argument("--base-seed", type=int, help="derive reset seeds from this seed")
@@ -105,6 +110,11 @@ class _Plan:
     model_label: str
     model_address: str | None
     model: Any
+    """The model object; ``None`` for a model server or a baseline chosen at connect."""
+    baseline: Literal["default", "random"] | None = None
+    """``default``: no ``--model`` (the heuristic on CartPole, else random); ``random``."""
+    seed: int | None = None
+    """The run's seed (``--base-seed``, else the first of ``--seeds``), for the random policy."""
     env_token: str | None = None
     model_token: str | None = None
 
@@ -155,15 +165,18 @@ def _plan(args: argparse.Namespace) -> _Plan:
         env = load_env_target(env_label, kwargs, run=True)
     model_address: str | None = None
     model: Any = None
+    baseline: Literal["default", "random"] | None = None
+    model_label = args.model
     if args.model is None:
-        model_label = "the built-in heuristic CartPole policy"
-        model = HeuristicCartPole()
+        baseline = "default"
+    elif args.model == RANDOM_MODEL:
+        baseline = "random"
     elif is_address(args.model):
-        model_label = args.model
+        model_label = f"the model at {args.model}"
         model_address = check_address(args.model, "--model")
     else:
-        model_label = args.model
         model = load_model_target(args.model)
+    seeds: list[int] = args.seeds or []
     return _Plan(
         episodes,
         env_label,
@@ -174,6 +187,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
         model,
         env_token=_token(args, "env", env_address),
         model_token=_token(args, "model", model_address),
+        baseline=baseline,
+        seed=args.base_seed if args.base_seed is not None else (seeds[0] if seeds else None),
     )
 
 
@@ -267,11 +282,6 @@ async def _evaluate(args: argparse.Namespace, plan: _Plan, out: TextIO) -> Runti
             address = await nursery.start(serve_env, plan.env, "127.0.0.1:0")
         else:
             address = plan.env_address
-        count = f"{plan.episodes} episode{'' if plan.episodes == 1 else 's'}"
-        sys.stderr.write(
-            f"trio-rlmesh: evaluating {plan.model_label} on {plan.env_label} ({address}), {count}\n"
-        )
-        sys.stderr.flush()
         options = RunLocalOptions(
             address,
             token=plan.env_token,
@@ -309,6 +319,10 @@ async def _drive(plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSl
     from .._facade import run_local, run_remote
 
     try:
+        model, label = plan.model, plan.model_label
+        if plan.baseline is not None:
+            model, label = await _baseline(plan, options.env_address)
+        _announce(plan, label, options.env_address)
         if plan.model_address is not None:
             slot.report = await run_remote(
                 plan.model_address,
@@ -318,9 +332,35 @@ async def _drive(plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSl
                 task_status=slot,
             )
         else:
-            slot.report = await run_local(plan.model, options, hooks=hooks, task_status=slot)
+            slot.report = await run_local(model, options, hooks=hooks, task_status=slot)
     except TransportError as exc:
         raise await _explain_connect_failure(exc, plan) from exc
+
+
+def _announce(plan: _Plan, model_label: str, address: str) -> None:
+    """The first line: what is evaluated on what."""
+    count = f"{plan.episodes} episode{'' if plan.episodes == 1 else 's'}"
+    sys.stderr.write(
+        f"trio-rlmesh: evaluating {model_label} on {plan.env_label} ({address}), {count}\n"
+    )
+    sys.stderr.flush()
+
+
+async def _baseline(plan: _Plan, address: str) -> tuple[Any, str]:
+    """The policy ``--model random`` or no ``--model`` stands for, from the env's contract."""
+    from ..protocol import read_env_contract
+    from ..transports.grpc import open_env_client
+
+    async with open_env_client(address, token=plan.env_token) as client:
+        info = read_env_contract(client.contract)
+    if plan.baseline == "default" and is_cartpole(info):
+        return HeuristicCartPole(), "the built-in heuristic CartPole policy (no --model given)"
+    why = "it samples the action space"
+    if plan.baseline == "default":
+        why = f"no --model given and {info.env_id or 'the env'} is not CartPole; {why}"
+    if plan.seed is not None:
+        why += f", seed {plan.seed}"
+    return RandomPolicy(info, plan.seed), f"a random policy ({why})"
 
 
 _CONNECTS: dict[str | None, Side] = {"env.handshake": "env", "model.connect": "model"}
