@@ -19,3 +19,16 @@ class Broken:
 
 class NoPredict:
     pass
+
+
+class FailsOnFifthPredict:
+    """Acts for four predicts, then raises: on a 2-step env, two episodes finish first."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def predict(self, observation: Any) -> np.int64:
+        self.calls += 1
+        if self.calls == 5:
+            raise ValueError("deliberate failure on the fifth predict")
+        return np.int64(0)

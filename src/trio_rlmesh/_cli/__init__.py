@@ -39,10 +39,18 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="trio-rlmesh", description="Serve and evaluate envs and models over rlmesh-wire-v1."
     )
+    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve_parsers(commands)
     add_run_parser(commands)
     return parser
+
+
+def _version() -> str:
+    from .. import __version__
+    from ..protocol import PROTOCOL_GENERATION, WORKFLOW_EDITION
+
+    return f"trio-rlmesh {__version__} ({PROTOCOL_GENERATION}, workflow edition {WORKFLOW_EDITION})"
 
 
 def _json_path(argv: Sequence[str]) -> Path | None:

@@ -92,15 +92,25 @@ def describe(exc: BaseException) -> Failure:
       its traceback on stderr when ``TRIO_RLMESH_DEBUG`` is set).
     """
     cause = unwrap(exc)
-    reason = f"{type(cause).__name__}: {cause}"
+    text = _one_line(str(cause))
+    reason = f"{type(cause).__name__}: {text}"
     if isinstance(cause, SpecError) and cause.report is None:
-        return Failure(str(cause), EXIT_USAGE, reason)
+        return Failure(text, EXIT_USAGE, reason)
     if isinstance(cause, Error):
-        return Failure(str(cause), EXIT_FAILED, reason)
+        return Failure(text, EXIT_FAILED, reason)
     if os.environ.get(DEBUG_VARIABLE):
         traceback.print_exception(cause)
         return Failure(reason, EXIT_FAILED, reason)
     return Failure(f"{reason} (set {DEBUG_VARIABLE}=1 for the traceback)", EXIT_FAILED, reason)
+
+
+def _one_line(text: str) -> str:
+    """A message with its lines joined by ``; `` (some errors add detail lines).
+
+    >>> _one_line("predict failed\\n  model input: float32[4]\\n")
+    'predict failed; model input: float32[4]'
+    """
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 async def watch_signals(

@@ -14,8 +14,23 @@ import trio
 
 from .._errors import Error, TransportError
 from ..runtime import EpisodeCompleted, RuntimeDriver, RuntimeHooks, RuntimeReport, StepCompleted
-from ._exit import EXIT_CANCELLED, EXIT_OK, UsageError, describe, unwrap, watch_signals
-from ._output import empty_report_dict, format_episodes, write_json
+from ._exit import (
+    EXIT_CANCELLED,
+    EXIT_OK,
+    Failure,
+    UsageError,
+    describe,
+    unwrap,
+    watch_signals,
+)
+from ._output import (
+    STDOUT,
+    empty_report_dict,
+    format_episodes,
+    format_summary,
+    plural,
+    write_json,
+)
 from ._policies import HeuristicCartPole, RandomPolicy, is_cartpole
 from ._targets import (
     add_env_kwargs_options,
@@ -93,7 +108,10 @@ def add_run_parser(commands: Any) -> None:
     p.add_argument("--prefetch-lead", type=int, default=0, help="frames of prefetch overlap")
     add_token_options(p, "auth token for the env and model servers")
     add_side_token_options(p)
-    p.add_argument("--json", type=Path, help="write the report as JSON to this path")
+    p.add_argument(
+        "--json", type=Path, metavar="PATH", help="write the report as JSON to PATH ('-': stdout)"
+    )
+    p.add_argument("--telemetry", action="store_true", help="print the table of timings too")
     p.add_argument("--no-progress", action="store_true", help="no live progress line")
     p.set_defaults(handler=run_command)
 
@@ -339,7 +357,7 @@ async def _drive(plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSl
 
 def _announce(plan: _Plan, model_label: str, address: str) -> None:
     """The first line: what is evaluated on what."""
-    count = f"{plan.episodes} episode{'' if plan.episodes == 1 else 's'}"
+    count = plural(plan.episodes, "episode")
     sys.stderr.write(
         f"trio-rlmesh: evaluating {model_label} on {plan.env_label} ({address}), {count}\n"
     )
@@ -421,24 +439,40 @@ async def _serves(side: Side, address: str, token: str | None) -> bool:
     return False
 
 
-def run_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
+def run_command(args: argparse.Namespace) -> int:
     """Entry point of ``trio-rlmesh run``; returns the process exit status."""
-    out = out or sys.stdout
+    # With the report on stdout, every other line goes to stderr.
+    out = sys.stderr if args.json == STDOUT else sys.stdout
+    report: RuntimeReport | None = None
+    failure: Failure | None = None
     try:
         plan = _plan(args)
         report = trio.run(_evaluate, args, plan, out)
     except Exception as exc:  # the one place a failure becomes an exit status
         failure = describe(exc)
+        report = getattr(unwrap(exc), "report", None)
+    return _finish(args, out, report, failure)
+
+
+def _finish(
+    args: argparse.Namespace, out: TextIO, report: RuntimeReport | None, failure: Failure | None
+) -> int:
+    """Print the results (the episodes finished, however the run ended) and write the report."""
+    if report is not None and (report.episodes or failure is None):
+        out.write(format_episodes(report) + "\n")
+        shown = report if failure is None else attrs.evolve(report, reason=None)
+        out.write(format_summary(shown) + "\n")
+        if args.telemetry and report.telemetry:
+            from ..runtime import format_telemetry
+
+            out.write(format_telemetry(report.telemetry) + "\n")
+        out.flush()
+    if failure is not None:
         sys.stderr.write(f"trio-rlmesh run: {failure.message}\n")
-        partial = getattr(unwrap(exc), "report", None)
-        data = partial.to_json_dict() if partial is not None else empty_report_dict("")
+        data = report.to_json_dict() if report is not None else empty_report_dict("")
         data["status"], data["reason"] = "failed", failure.reason
         write_json(args.json, data)
         return failure.exit_code
-    out.write(format_episodes(report) + "\n")
-    if report.telemetry:
-        from ..runtime import format_telemetry
-
-        out.write(format_telemetry(report.telemetry) + "\n")
+    assert report is not None
     write_json(args.json, report.to_json_dict())
     return EXIT_CANCELLED if report.status == "cancelled" else EXIT_OK
