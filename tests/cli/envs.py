@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -14,27 +15,44 @@ class Counter(gym.Env[np.ndarray, np.int64]):
 
     Its spaces are set in ``__init__``, so only an instance has them. With ``success``
     set, the final info reports ``is_success`` (true on even-seeded episodes). ``delay``
-    sleeps that many seconds in each step (slow, never hung).
+    sleeps that many seconds in each step of the episodes after the first ``quick``
+    (slow, never hung). With ``announce``, each reset and each slow step prints a line on
+    stderr (``counter: reset N``, ``counter: slow step``), which tests wait for.
     """
 
     def __init__(
-        self, length: int = 3, success: bool = False, delay: float = 0.0, scale: float = 1.0
+        self,
+        length: int = 3,
+        success: bool = False,
+        delay: float = 0.0,
+        scale: float = 1.0,
+        quick: int = 0,
+        announce: bool = False,
     ) -> None:
         self.observation_space = gym.spaces.Box(-1e6, 1e6, shape=(1,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(2)
         self.length, self.success, self.delay, self.scale = length, success, delay, scale
+        self.quick, self.announce = quick, announce
         self.t = 0
+        self.resets = 0
         self.seed_value: int | None = None
+
+    def _say(self, text: str) -> None:
+        if self.announce:
+            print(f"counter: {text}", file=sys.stderr, flush=True)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self.t, self.seed_value = 0, seed
+        self.resets += 1
+        self._say(f"reset {self.resets}")
         return np.array([0.0], dtype=np.float32), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self.delay:
+        if self.delay and self.resets > self.quick:
+            self._say("slow step")
             time.sleep(self.delay)
         self.t += 1
         done = self.t >= self.length

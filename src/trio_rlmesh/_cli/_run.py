@@ -13,15 +13,22 @@ import attrs
 import trio
 
 from .._errors import Error, TransportError
-from ..runtime import EpisodeCompleted, RuntimeDriver, RuntimeHooks, RuntimeReport, StepCompleted
+from ..runtime import (
+    EpisodeCompleted,
+    EpisodeRecord,
+    RuntimeDriver,
+    RuntimeHooks,
+    RuntimeReport,
+    StepCompleted,
+)
 from ._exit import (
     EXIT_CANCELLED,
     EXIT_OK,
     Failure,
+    Interrupts,
     UsageError,
     describe,
     unwrap,
-    watch_signals,
 )
 from ._output import (
     STDOUT,
@@ -58,6 +65,10 @@ DEFAULT_EPISODES = 10
 RANDOM_MODEL = "random"
 """``--model random``: the random baseline (RLMesh's ``RANDOM_SAMPLE``)."""
 PROBE_TIMEOUT = 5.0
+CANCEL_GRACE = 1.5
+"""Seconds a run may spend stopping after SIGINT/SIGTERM (releasing the model, closing the env
+session, stopping an in-process env server) before the process ends anyway, writing the
+episodes it finished."""
 """Seconds a handshake that tells an env server from a model server may take."""
 
 
@@ -232,6 +243,8 @@ class _Progress(RuntimeHooks):
         self.steps = 0
         self.reward_sum = 0.0
         self.started = time.perf_counter()
+        self.records: list[EpisodeRecord] = []
+        """Every episode counted so far: what a run that must end at once still reports."""
 
     async def step_completed(self, event: StepCompleted) -> None:
         self.steps = event.total_steps
@@ -239,6 +252,13 @@ class _Progress(RuntimeHooks):
     async def episode_completed(self, event: EpisodeCompleted) -> None:
         self.done += 1
         self.reward_sum += event.record.reward
+        self.records.append(event.record)
+
+    def report(self, reason: str) -> RuntimeReport:
+        """A cancelled report of the episodes counted so far (no telemetry)."""
+        return RuntimeReport(
+            "cancelled", reason, "", "", tuple(self.records), env_step_calls=self.steps
+        )
 
     def line(self) -> str:
         elapsed = max(time.perf_counter() - self.started, 1e-9)
@@ -285,7 +305,9 @@ class _DriverSlot:
             self._scope.cancel()  # still connecting: nothing to report yet
 
 
-async def _evaluate(args: argparse.Namespace, plan: _Plan, out: TextIO) -> RuntimeReport:
+async def _evaluate(
+    args: argparse.Namespace, plan: _Plan, out: TextIO, interrupts: Interrupts
+) -> RuntimeReport:
     from .._facade import RunLocalOptions
     from ..transports.grpc import serve_env
 
@@ -293,8 +315,10 @@ async def _evaluate(args: argparse.Namespace, plan: _Plan, out: TextIO) -> Runti
     show_progress = not args.no_progress and out.isatty()
     async with trio.open_nursery() as nursery:
         slot = _DriverSlot(nursery.cancel_scope)
-        await nursery.start(
-            watch_signals, lambda signum: slot.cancel(f"interrupted by {signum.name}")
+        interrupts.arm(lambda signum: slot.cancel(f"interrupted by {signum.name}"))
+
+        interrupts.last_words(
+            lambda: _write_results(args, out, progress.report(_interrupted(interrupts)), None)
         )
         if plan.env_address is None:
             address = await nursery.start(serve_env, plan.env, "127.0.0.1:0")
@@ -317,7 +341,8 @@ async def _evaluate(args: argparse.Namespace, plan: _Plan, out: TextIO) -> Runti
         try:
             await _drive(plan, options, progress, slot)
         finally:
-            # The in-process env server, the ticker and the signal watcher end with the run.
+            # The in-process env server and the ticker end with the run.
+            interrupts.disarm()
             nursery.cancel_scope.cancel()
     if show_progress:
         out.write("\r" + progress.line() + "\n")
@@ -443,20 +468,41 @@ def run_command(args: argparse.Namespace) -> int:
     """Entry point of ``trio-rlmesh run``; returns the process exit status."""
     # With the report on stdout, every other line goes to stderr.
     out = sys.stderr if args.json == STDOUT else sys.stdout
-    report: RuntimeReport | None = None
-    failure: Failure | None = None
-    try:
-        plan = _plan(args)
-        report = trio.run(_evaluate, args, plan, out)
-    except Exception as exc:  # the one place a failure becomes an exit status
-        failure = describe(exc)
-        report = getattr(unwrap(exc), "report", None)
-    return _finish(args, out, report, failure)
+    interrupts = Interrupts(grace=CANCEL_GRACE, exit_code=lambda _signum: EXIT_CANCELLED)
+    with interrupts.installed():
+        # Until the run starts there is nothing to report but the interruption itself.
+        interrupts.last_words(
+            lambda: _write_results(args, out, _Progress(0).report(_interrupted(interrupts)), None)
+        )
+        report: RuntimeReport | None = None
+        failure: Failure | None = None
+        try:
+            plan = _plan(args)
+            report = trio.run(_evaluate, args, plan, out, interrupts)
+        except Exception as exc:  # the one place a failure becomes an exit status
+            failure = describe(exc)
+            report = getattr(unwrap(exc), "report", None)
+        status = _status(report, failure)
+        with interrupts.final_output(status):
+            _write_results(args, out, report, failure)
+        return status
 
 
-def _finish(
+def _interrupted(interrupts: Interrupts) -> str:
+    signum = interrupts.received
+    return f"interrupted by {signum.name}" if signum is not None else "interrupted"
+
+
+def _status(report: RuntimeReport | None, failure: Failure | None) -> int:
+    if failure is not None:
+        return failure.exit_code
+    assert report is not None
+    return EXIT_CANCELLED if report.status == "cancelled" else EXIT_OK
+
+
+def _write_results(
     args: argparse.Namespace, out: TextIO, report: RuntimeReport | None, failure: Failure | None
-) -> int:
+) -> None:
     """Print the results (the episodes finished, however the run ended) and write the report."""
     if report is not None and (report.episodes or failure is None):
         out.write(format_episodes(report) + "\n")
@@ -472,7 +518,6 @@ def _finish(
         data = report.to_json_dict() if report is not None else empty_report_dict("")
         data["status"], data["reason"] = "failed", failure.reason
         write_json(args.json, data)
-        return failure.exit_code
+        return
     assert report is not None
     write_json(args.json, report.to_json_dict())
-    return EXIT_CANCELLED if report.status == "cancelled" else EXIT_OK

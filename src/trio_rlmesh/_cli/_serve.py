@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from ._exit import EXIT_CANCELLED, EXIT_OK, UsageError, describe, watch_signals
+from ._exit import EXIT_CANCELLED, EXIT_OK, Interrupts, UsageError, describe
 from ._targets import (
     add_env_kwargs_options,
     check_bind_address,
@@ -29,6 +29,15 @@ from ._tokens import add_token_options, resolve_token
 __all__ = ["add_serve_parsers"]
 
 ServeFn = Callable[[trio.TaskStatus[str]], Awaitable[None]]
+
+DEFAULT_DRAIN_TIMEOUT = 5.0
+STOP_MARGIN = 2.0
+"""Seconds past the drain timeout a signalled server may take to stop before the process
+ends anyway (closing connections and the env, joining worker threads)."""
+
+
+def _exit_code(signum: signal.Signals) -> int:
+    return EXIT_CANCELLED if signum == signal.SIGINT else EXIT_OK
 
 
 def add_serve_parsers(commands: Any) -> None:
@@ -47,6 +56,14 @@ def add_serve_parsers(commands: Any) -> None:
     for sub in (serve_env, serve_model):
         sub.add_argument("--bind", default="127.0.0.1:0", help="bind address")
         add_token_options(sub, "require this authorization token")
+        sub.add_argument(
+            "--drain-timeout",
+            type=float,
+            default=DEFAULT_DRAIN_TIMEOUT,
+            metavar="S",
+            help=f"on SIGINT/SIGTERM, let requests in progress finish for S seconds "
+            f"(default {DEFAULT_DRAIN_TIMEOUT:g})",
+        )
         sub.add_argument("--ready-file", type=Path, default=None, help="write the address here")
 
 
@@ -73,6 +90,7 @@ def serve_env_command(args: argparse.Namespace) -> int:
                 num_envs=args.num_envs,
                 autoreset=args.autoreset,
                 token=token,
+                drain_timeout=args.drain_timeout,
                 task_status=task_status,
             )
 
@@ -91,44 +109,56 @@ def serve_model_command(args: argparse.Namespace) -> int:
         model = load_model_target(args.model)
 
         async def serve(task_status: trio.TaskStatus[str]) -> None:
-            await serve_model(model, args.bind, token=token, task_status=task_status)
+            await serve_model(
+                model,
+                args.bind,
+                token=token,
+                drain_timeout=args.drain_timeout,
+                task_status=task_status,
+            )
 
         return serve
 
     return _run_server(args, prepare)
 
 
+def _check_drain_timeout(args: argparse.Namespace) -> None:
+    seconds = args.drain_timeout
+    if not (seconds >= 0 and seconds != float("inf")):
+        raise UsageError(f"--drain-timeout must be 0 or more seconds, got {seconds}")
+
+
 def _run_server(args: argparse.Namespace, prepare: Callable[[], ServeFn]) -> int:
+    grace = (args.drain_timeout if args.drain_timeout >= 0 else 0.0) + STOP_MARGIN
+    interrupts = Interrupts(grace=grace, exit_code=_exit_code)
+    with interrupts.installed():
+        try:
+            _check_drain_timeout(args)
+            serve = prepare()
+            return trio.run(_serve, args, serve, interrupts)
+        except Exception as exc:  # the one place a failure becomes an exit status
+            failure = describe(exc)
+            print(f"trio-rlmesh {args.command}: {failure.message}", file=sys.stderr)
+            return failure.exit_code
+
+
+async def _serve(args: argparse.Namespace, serve: ServeFn, interrupts: Interrupts) -> int:
     try:
-        serve = prepare()
-        return trio.run(_serve, args, serve)
-    except Exception as exc:  # the one place a failure becomes an exit status
-        failure = describe(exc)
-        print(f"trio-rlmesh {args.command}: {failure.message}", file=sys.stderr)
-        return failure.exit_code
+        async with trio.open_nursery() as nursery:
+            interrupts.arm(lambda _signum: nursery.cancel_scope.cancel())
 
+            async def run_server(task_status: trio.TaskStatus[str]) -> None:
+                await serve(task_status)
+                # Stopped by itself (remote shutdown, idle): nothing else to wait for.
+                nursery.cancel_scope.cancel()
 
-async def _serve(args: argparse.Namespace, serve: ServeFn) -> int:
-    exit_code = EXIT_OK
-    async with trio.open_nursery() as nursery:
-
-        def stop(signum: signal.Signals) -> None:
-            nonlocal exit_code
-            exit_code = EXIT_CANCELLED if signum == signal.SIGINT else EXIT_OK
-            nursery.cancel_scope.cancel()
-
-        await nursery.start(watch_signals, stop)
-
-        async def run_server(task_status: trio.TaskStatus[str]) -> None:
-            await serve(task_status)
-            # Stopped by itself (remote shutdown, idle): end the signal watcher too.
-            nursery.cancel_scope.cancel()
-
-        address = await nursery.start(run_server)
-        if args.ready_file is not None:
-            # Written (atomically) before the stdout line, so either signal means ready.
-            partial = args.ready_file.with_name(args.ready_file.name + ".partial")
-            partial.write_text(address + "\n")
-            partial.replace(args.ready_file)
-        print(address, flush=True)
-    return exit_code
+            address = await nursery.start(run_server)
+            if args.ready_file is not None:
+                # Written (atomically) before the stdout line, so either signal means ready.
+                partial = args.ready_file.with_name(args.ready_file.name + ".partial")
+                partial.write_text(address + "\n")
+                partial.replace(args.ready_file)
+            print(address, flush=True)
+    finally:
+        interrupts.disarm()
+    return EXIT_OK if interrupts.received is None else _exit_code(interrupts.received)
