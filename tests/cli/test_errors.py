@@ -6,6 +6,7 @@ With ``--json``, a run that fails before it starts still writes a ``failed`` rep
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,6 +126,25 @@ def test_usage_mistakes_are_one_line_exit_2_and_a_failed_report(
     assert report["status"] == "failed"
     assert report["reason"].startswith("UsageError: ")
     assert report["episodes"] == []
+
+
+@pytest.mark.network
+def test_a_refused_connection_says_it_could_not_connect(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "report.json"
+    with socket.socket() as bound:  # bound, not listening: connecting is refused
+        bound.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{bound.getsockname()[1]}"
+        code = main(["run", "--env", address, "--no-progress", "--json", str(out)])
+    err = capsys.readouterr().err
+    assert code == EXIT_FAILED
+    assert _lines(err)[-1] == (
+        f"trio-rlmesh run: could not connect to tcp://{address}: connection refused; "
+        "is the server running? (env.handshake)"
+    )
+    assert "connection lost" not in err
+    assert json.loads(out.read_text())["reason"].startswith("TransportError: could not connect")
 
 
 def test_gymnasium_not_installed(

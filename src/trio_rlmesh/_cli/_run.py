@@ -65,11 +65,11 @@ DEFAULT_EPISODES = 10
 RANDOM_MODEL = "random"
 """``--model random``: the random baseline (RLMesh's ``RANDOM_SAMPLE``)."""
 PROBE_TIMEOUT = 5.0
+"""Seconds a handshake that tells an env server from a model server may take."""
 CANCEL_GRACE = 1.5
 """Seconds a run may spend stopping after SIGINT/SIGTERM (releasing the model, closing the env
 session, stopping an in-process env server) before the process ends anyway, writing the
 episodes it finished."""
-"""Seconds a handshake that tells an env server from a model server may take."""
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -316,7 +316,6 @@ async def _evaluate(
     async with trio.open_nursery() as nursery:
         slot = _DriverSlot(nursery.cancel_scope)
         interrupts.arm(lambda signum: slot.cancel(f"interrupted by {signum.name}"))
-
         interrupts.last_words(
             lambda: _write_results(args, out, progress.report(_interrupted(interrupts)), None)
         )

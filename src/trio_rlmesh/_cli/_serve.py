@@ -44,7 +44,12 @@ def add_serve_parsers(commands: Any) -> None:
     """Add ``serve-env`` and ``serve-model`` to the script's subcommands."""
     serve_env = commands.add_parser("serve-env", help="serve a Gymnasium env")
     serve_env.add_argument("env", metavar="ENV", help="gymnasium:<id> or module:attr")
-    serve_env.add_argument("--num-envs", type=int, default=None, help="lanes (factories only)")
+    serve_env.add_argument(
+        "--num-envs",
+        type=int,
+        default=None,
+        help="lanes, one env each (gymnasium:<id>, a class or a function)",
+    )
     serve_env.add_argument(
         "--autoreset", choices=("next-step", "disabled"), default=None, help="vector envs"
     )

@@ -40,7 +40,7 @@ _SIDE_VARIABLES: Final[dict[str, str]] = {"env": ENV_TOKEN_VARIABLE, "model": MO
 
 def add_token_options(parser: argparse.ArgumentParser, help_text: str) -> None:
     """``--token`` and ``--token-file``."""
-    parser.add_argument("--token", help=f"{help_text} (visible in ps; prefer --token-file)")
+    parser.add_argument("--token", help=f"{help_text} (ps shows it to other users)")
     parser.add_argument(
         "--token-file",
         type=Path,
