@@ -30,10 +30,6 @@ def tcp(address: str) -> str:
     return address if "://" in address else f"tcp://{address}"
 
 
-def _lane_steps(report: Any) -> int:
-    return sum(int(e.steps) for e in report.episodes)
-
-
 def _env_step_split(rows: Any) -> dict[str, float]:
     """env.step p50: the round trip seen by the runtime and the server's own handling time."""
     found: dict[str, float] = {}
@@ -55,7 +51,7 @@ def _latency(rows: Any, steps: int, wall_s: float) -> tuple[float, float, str]:
 
 
 def run_ours_remote(
-    address: str, model: Any, *, episodes: int, seeds: Sequence[int] | None, lanes: int = 1
+    address: str, model: Any, *, episodes: int, seeds: Sequence[int] | None
 ) -> Sample:
     """``run_local`` (our runtime, in-process model) against an env server."""
     options = RunLocalOptions(
@@ -73,9 +69,8 @@ def run_ours_remote(
     report, wall = trio.run(main)
     if report.status != "completed":
         raise RuntimeError(f"our run ended {report.status}: {report.reason}")
-    # RuntimeReport.total_steps counts env step *calls* (one per vector step); count
-    # lane steps from the episodes so a vector run compares with rlmesh's total_steps.
-    steps = report.total_steps if lanes == 1 else _lane_steps(report)
+    # Lane steps of the counted episodes, as rlmesh's RunResult.total_steps.
+    steps = report.total_steps
     p50, p95, source = _latency(report.telemetry, steps, wall)
     return Sample(
         steps=steps,
@@ -85,7 +80,7 @@ def run_ours_remote(
         latency_source=source,
         episodes=len(report.episodes),
         mean_reward=report.mean_reward,
-        extra={"env_step_calls": report.total_steps, **_env_step_split(report.telemetry)},
+        extra={"env_step_calls": report.env_step_calls, **_env_step_split(report.telemetry)},
     )
 
 
@@ -285,7 +280,6 @@ def scenario_full_stack(
 ) -> Comparison:
     """2 and 3: our client + our server vs rlmesh.run + rlmesh.EnvServer."""
     seeds = list(range(episodes)) if seeded else None
-    lanes = bench_envs.VECTOR_LANES if kind == "vector16" else 1
     ours = bench_policies.ours_models()[kind]
     theirs = bench_policies.theirs_models()[kind]
     return interleave(
@@ -293,7 +287,7 @@ def scenario_full_stack(
         title,
         (
             "ours: run_local -> our serve-env",
-            lambda: run_ours_remote(our_address, ours, episodes=episodes, seeds=seeds, lanes=lanes),
+            lambda: run_ours_remote(our_address, ours, episodes=episodes, seeds=seeds),
         ),
         (
             "rlmesh.run -> rlmesh server",

@@ -18,7 +18,7 @@ import trio
 if sys.version_info < (3, 11):  # pragma: no cover - exercised on 3.10 only
     from exceptiongroup import BaseExceptionGroup
 
-__all__ = ["background_nursery"]
+__all__ = ["background_nursery", "shielded_nursery"]
 
 
 @asynccontextmanager
@@ -48,3 +48,26 @@ async def background_nursery() -> AsyncIterator[trio.Nursery]:
         if raised is not None and len(group.exceptions) == 1 and group.exceptions[0] is raised:
             raise raised from raised.__cause__
         raise
+
+
+@asynccontextmanager
+async def shielded_nursery() -> AsyncIterator[trio.Nursery]:
+    """Yield a nursery whose tasks the caller's cancellation does not reach; they are
+    cancelled only when the block exits.
+
+    A server's connections live in one: cancelling ``serve_env`` must first drain and end
+    every call with a status (in the block's ``finally``), which needs the handlers alive.
+    """
+    async with background_nursery() as outer:
+        inner, scope = await outer.start(_host)
+        try:
+            yield inner
+        finally:
+            scope.cancel()
+
+
+async def _host(*, task_status: trio.TaskStatus[tuple[trio.Nursery, trio.CancelScope]]) -> None:
+    with trio.CancelScope(shield=True) as scope:
+        async with trio.open_nursery() as nursery:
+            task_status.started((nursery, scope))
+            await trio.sleep_forever()

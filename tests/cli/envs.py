@@ -1,32 +1,88 @@
-"""Envs the CLI tests load with ``--env tests.cli.envs:<name>``."""
+"""Envs the CLI tests name by ``module:attr``."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import sys
+import time
 from typing import Any
 
 import gymnasium as gym
-
-STEPPED_FILE = "TRIO_RLMESH_TEST_STEPPED_FILE"
-"""Environment variable naming the file :func:`marked_cartpole` creates once it has stepped."""
-MARK_AFTER = 20
+import numpy as np
 
 
-class _MarksWhenStepped(gym.Wrapper[Any, Any, Any, Any]):
-    def __init__(self, env: gym.Env[Any, Any], path: Path) -> None:
-        super().__init__(env)
-        self.path = path
-        self.steps = 0
+class Counter(gym.Env[np.ndarray, np.int64]):
+    """Counts steps: reward 1 per step, terminated after ``length`` steps.
 
-    def step(self, action: Any) -> Any:
-        self.steps += 1
-        if self.steps == MARK_AFTER:
-            self.path.touch()
-        return super().step(action)
+    Its spaces are set in ``__init__``, so only an instance has them. With ``success``
+    set, the final info reports ``is_success`` (true on even-seeded episodes). ``delay``
+    sleeps that many seconds in each step of the episodes after the first ``quick``
+    (slow, never hung). With ``announce``, each reset and each slow step prints a line on
+    stderr (``counter: reset N``, ``counter: slow step``), which tests wait for.
+    """
+
+    def __init__(
+        self,
+        length: int = 3,
+        success: bool = False,
+        delay: float = 0.0,
+        scale: float = 1.0,
+        quick: int = 0,
+        announce: bool = False,
+    ) -> None:
+        self.observation_space = gym.spaces.Box(-1e6, 1e6, shape=(1,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.length, self.success, self.delay, self.scale = length, success, delay, scale
+        self.quick, self.announce = quick, announce
+        self.t = 0
+        self.resets = 0
+        self.seed_value: int | None = None
+
+    def _say(self, text: str) -> None:
+        if self.announce:
+            print(f"counter: {text}", file=sys.stderr, flush=True)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t, self.seed_value = 0, seed
+        self.resets += 1
+        self._say(f"reset {self.resets}")
+        return np.array([0.0], dtype=np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.delay and self.resets > self.quick:
+            self._say("slow step")
+            time.sleep(self.delay)
+        self.t += 1
+        done = self.t >= self.length
+        info: dict[str, Any] = {}
+        if done and self.success:
+            info["is_success"] = (self.seed_value or 0) % 2 == 0
+        return np.array([float(self.t)], dtype=np.float32), self.scale, done, False, info
 
 
-def marked_cartpole() -> gym.Env[Any, Any]:
-    """CartPole that touches ``$TRIO_RLMESH_TEST_STEPPED_FILE`` after its 20th step: by then
-    the run is well under way (its signal handlers are in place)."""
-    return _MarksWhenStepped(gym.make("CartPole-v1"), Path(os.environ[STEPPED_FILE]))
+class Unlicensed(Counter):
+    """Fails in its constructor, as an env whose simulator is missing a licence would."""
+
+    def __init__(self) -> None:
+        raise RuntimeError("no licence found")
+
+
+ENV = Counter()
+
+
+def make() -> Counter:
+    return Counter()
+
+
+def returns_int() -> int:
+    return 42
+
+
+NOT_AN_ENV = 42
+
+
+def needs_box2d() -> Any:
+    """A factory that fails as Gymnasium's Box2D envs do without Box2D."""
+    raise gym.error.DependencyNotInstalled("Box2D is not installed, run `pip install box2d`")

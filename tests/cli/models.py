@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -19,3 +21,33 @@ class Broken:
 
 class NoPredict:
     pass
+
+
+class FailsOnFifthPredict:
+    """Acts for four predicts, then raises: on a 2-step env, two episodes finish first."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def predict(self, observation: Any) -> np.int64:
+        self.calls += 1
+        if self.calls == 5:
+            raise ValueError("deliberate failure on the fifth predict")
+        return np.int64(0)
+
+
+class SlowAfterFirst:
+    """Quick for ``QUICK`` predicts, then each predict sleeps (slow, never hung) and says so."""
+
+    QUICK = 4
+    DELAY = 5.0
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def predict(self, observation: Any) -> np.int64:
+        self.calls += 1
+        if self.calls > self.QUICK:
+            print("model: slow predict", file=sys.stderr, flush=True)
+            time.sleep(self.DELAY)
+        return np.int64(0)

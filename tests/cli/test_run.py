@@ -1,21 +1,18 @@
-"""``trio-rlmesh run``: arguments, the JSON report contract, exit codes, signals."""
+"""``trio-rlmesh run``: arguments, the JSON report contract, exit codes."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
+import re
 from pathlib import Path
 
 import pytest
 
-from tests.cli.envs import STEPPED_FILE
 from trio_rlmesh._cli import main
-from trio_rlmesh._cli_run import HeuristicCartPole, parse_seeds
+from trio_rlmesh._cli._run import parse_seeds
+
+from .support import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 EPISODE_KEYS = {
@@ -45,25 +42,33 @@ def test_parse_seeds_rejects_nonsense(text: str) -> None:
         parse_seeds(text)
 
 
-def test_heuristic_policy_pushes_toward_the_fall() -> None:
-    policy = HeuristicCartPole()
-    assert int(policy.predict([0.0, 0.0, 0.1, 0.0])) == 1
-    assert int(policy.predict([0.0, 0.0, -0.1, 0.0])) == 0
+REPORT_KEYS = [
+    "status",
+    "reason",
+    "total_steps",
+    "env_step_calls",
+    "mean_reward",
+    "success_rate",
+    "episodes",
+    "telemetry",
+]
 
 
 def _check_report_schema(report: dict[str, object]) -> None:
-    assert set(report) == {
-        "status",
-        "reason",
-        "total_steps",
-        "mean_reward",
-        "episodes",
-        "telemetry",
-    }
+    assert list(report) == REPORT_KEYS
     for episode in report["episodes"]:  # type: ignore[attr-defined]
         assert set(episode) == EPISODE_KEYS
     for row in report["telemetry"]:  # type: ignore[attr-defined]
         assert set(row) == TELEMETRY_KEYS
+
+
+def test_the_documented_json_keys_are_the_reported_ones() -> None:
+    text = (ROOT / "docs" / "cli.md").read_text()
+    table = text[text.index("| key | type | meaning |") :].split("\n\n")[0]
+    documented = re.findall(r"^\| `([a-z_]+)` \|", table, flags=re.M)
+    assert documented == REPORT_KEYS
+    example = json.loads(re.findall(r"```json\n(.*?)\n```", text, flags=re.S)[0])
+    _check_report_schema(example)
 
 
 def test_run_with_seeds_writes_the_documented_report(
@@ -126,96 +131,24 @@ def test_a_failing_model_exits_1_with_a_failed_report(
     assert "deliberate failure in predict" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_cancels_cleanly_with_exit_130(tmp_path: Path, signum: signal.Signals) -> None:
-    out = tmp_path / "cancelled.json"
-    stepped = tmp_path / "stepped"
-    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": pythonpath, STEPPED_FILE: str(stepped)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trio_rlmesh",
-            "run",
-            "--env",
-            "tests.cli.envs:marked_cartpole",
-            "--episodes",
-            "100000",
-            "--no-progress",
-            "--json",
-            str(out),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline()
-        assert "evaluating" in line, line
-        # The env marks its 20th step: the run (and its signal handling) is under way.
-        give_up = time.monotonic() + 60
-        while not stepped.exists():
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < give_up, "the run never reached its 20th step"
-            time.sleep(0.01)  # a poll interval: nothing depends on its length
-        proc.send_signal(signum)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, stderr
-    report = json.loads(out.read_text())
-    _check_report_schema(report)
-    assert report["status"] == "cancelled"
-    assert signal.Signals(signum).name in report["reason"]
-    assert report["total_steps"] >= sum(e["steps"] for e in report["episodes"])
-    assert "cancelled" in stdout
-
-
+@pytest.mark.network
 def test_run_against_a_served_model_and_env(tmp_path: Path) -> None:
     """serve-env and serve-model as processes, then `run --env ADDR --model ADDR`."""
-    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": pythonpath}
-    servers = []
-    addresses = []
-    try:
-        for argv in (
-            ["serve-env", "gymnasium:CartPole-v1"],
-            ["serve-model", "tests.cli.models:AlwaysLeft"],
-        ):
-            ready = tmp_path / f"{argv[0]}.addr"
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "trio_rlmesh", *argv, "--ready-file", str(ready)],
-                stdout=subprocess.PIPE,
-                text=True,
-                env=env,
-                cwd=ROOT,
-            )
-            servers.append(proc)
-            assert proc.stdout is not None
-            printed = proc.stdout.readline().strip()
-            assert printed == ready.read_text().strip()
-            addresses.append(printed)
+    ready = tmp_path / "env.addr"
+    with (
+        serving(["serve-env", "gymnasium:CartPole-v1", "--ready-file", str(ready)]) as env,
+        serving(["serve-model", "tests.cli.models:AlwaysLeft"]) as model,
+    ):
+        assert ready.read_text().strip() == env
         out = tmp_path / "remote.json"
         code = main(
             [
-                *("run", "--env", addresses[0], "--model", addresses[1], "--seeds", "1,2"),
+                *("run", "--env", env, "--model", model, "--seeds", "1,2"),
                 *("--no-progress", "--json", str(out)),
             ]
         )
-        assert code == 0
-        report = json.loads(out.read_text())
-        assert report["status"] == "completed"
-        # Always pushing left topples CartPole within a handful of steps.
-        assert all(e["terminated"] and e["steps"] < 30 for e in report["episodes"])
-    finally:
-        for proc in servers:
-            proc.send_signal(signal.SIGTERM)
-        for proc in servers:
-            assert proc.wait(timeout=30) == 0
-            if proc.stdout is not None:
-                proc.stdout.close()
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert report["status"] == "completed"
+    # Always pushing left topples CartPole within a handful of steps.
+    assert all(e["terminated"] and e["steps"] < 30 for e in report["episodes"])

@@ -113,7 +113,8 @@ async def test_an_env_fault_in_step() -> None:
     assert "actuator jammed" in error.message
     _check_partial(error, 2)
     assert error.report is not None
-    assert error.report.total_steps == 12
+    assert error.report.env_step_calls == 12
+    assert error.report.total_steps == sum(e.steps for e in error.report.episodes)
 
 
 class _KillServer(RuntimeHooks):

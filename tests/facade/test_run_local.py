@@ -243,7 +243,9 @@ async def test_lockstep_vector_env_with_a_batched_model() -> None:
     check_totals(report)
     # One env step per vector step; every predict saw all four lanes at once.
     assert set(model.batch_sizes) == {4}
-    assert len(model.batch_sizes) == report.total_steps
+    assert len(model.batch_sizes) == report.env_step_calls
+    # RLMesh's total_steps: every lane's steps of the counted episodes.
+    assert report.total_steps == sum(e.steps for e in report.episodes)
     assert {e.env_index for e in report.episodes} <= {0, 1, 2, 3}
     assert all(e.steps <= 15 for e in report.episodes)
 

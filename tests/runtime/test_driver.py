@@ -167,7 +167,10 @@ async def test_next_step_vector_completes_lanes_without_resetting(
     report = await run(env, model, max_episodes=8)
     assert len(env.resets) == 1
     assert report.total_episodes == 8
-    assert len(model.predicts) == report.total_steps
+    assert len(model.predicts) == report.env_step_calls == len(env.steps)
+    # RLMesh's RunResult.total_steps: the counted episodes' lane steps, not the calls.
+    assert report.total_steps == sum(e.steps for e in report.episodes)
+    assert report.total_steps > report.env_step_calls
     assert all(len(p.episode_info) == 4 for p in model.predicts)
     # The autoreset step's reward 0 is not counted: every episode's reward is its length.
     assert all(e.reward == e.steps == [2, 3, 2, 4][e.env_index] for e in report.episodes)
@@ -291,7 +294,8 @@ async def test_env_error_keeps_its_class_and_gains_context(autojump_clock: MockC
     assert error.report.status == "failed"
     assert error.report.reason == str(error)
     assert len(error.report.episodes) == 1
-    assert error.report.total_steps == 3
+    assert error.report.env_step_calls == 3
+    assert error.report.total_steps == 2  # the one counted episode
     assert env.closed
     assert model.released
     assert model.releases[0].reason == str(error)
@@ -338,7 +342,17 @@ async def test_foreign_exceptions_are_wrapped(autojump_clock: MockClock) -> None
 async def test_report_json_schema(autojump_clock: MockClock) -> None:
     report = await run(FakeEnv(episode_length=2), FakeModel(), max_episodes=2, episode_seeds=[3, 4])
     data = report.to_json_dict()
-    assert list(data) == ["status", "reason", "total_steps", "mean_reward", "episodes", "telemetry"]
+    assert list(data) == [
+        "status",
+        "reason",
+        "total_steps",
+        "env_step_calls",
+        "mean_reward",
+        "success_rate",
+        "episodes",
+        "telemetry",
+    ]
+    assert (data["total_steps"], data["env_step_calls"], data["success_rate"]) == (4, 4, None)
     assert data["status"] == "completed"
     assert data["mean_reward"] == 2.0
     assert [list(e) for e in data["episodes"]] == [

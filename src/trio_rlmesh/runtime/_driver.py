@@ -1076,7 +1076,7 @@ class RuntimeDriver:
             session_id=spec.session_id,
             env_id=spec.env_id,
             episodes=tuple(self._book.completed),
-            total_steps=self._total_steps,
+            env_step_calls=self._total_steps,
             telemetry=tuple(self._telemetry.snapshot("session")),
             advisories=self._advisories(),
             hook_errors=self._hooks.errors,

@@ -79,7 +79,15 @@ class EpisodeRecord:
 
 @attrs.frozen
 class RuntimeReport:
-    """The outcome of one run: returned by ``run()``, or attached to its error as ``.report``."""
+    """The outcome of one run: returned by ``run()``, or attached to its error as ``.report``.
+
+    ``str(report)`` is a one-line summary; :meth:`to_json_dict` the whole report.
+
+    >>> episode = EpisodeRecord(0, 0, "e0", 7, 0, 20, 20.0, True, False, True, 0.1, 0.0, 0.0)
+    >>> report = RuntimeReport("completed", None, "s", "env", (episode,), env_step_calls=20)
+    >>> print(report)
+    completed: 1 episode, 20 steps, mean reward 20.000, success rate 100.0%
+    """
 
     status: RunStatus
     reason: str | None
@@ -87,8 +95,10 @@ class RuntimeReport:
     env_id: str
     episodes: tuple[EpisodeRecord, ...]
     """Completed episodes in completion order (never more than ``max_episodes``)."""
-    total_steps: int
-    """Env step calls made (one per vector step; one per lane step on a lane endpoint)."""
+    env_step_calls: int
+    """Env step calls made: one per vector step on a lockstep env (however many lanes it
+    has), one per lane step on a lane endpoint; steps of episodes that were not counted
+    (cut short by the end of the run, or beyond ``max_episodes``) included."""
     telemetry: tuple[TelemetryRow, ...] = ()
     """Session-horizon rows."""
     advisories: tuple[str, ...] = ()
@@ -98,21 +108,55 @@ class RuntimeReport:
 
     @property
     def total_episodes(self) -> int:
+        """How many episodes were counted (``len(episodes)``)."""
         return len(self.episodes)
 
     @property
+    def total_steps(self) -> int:
+        """The counted episodes' steps, summed: RLMesh's ``RunResult.total_steps``.
+
+        On a vector env every lane's steps count; steps of an episode the run cut short
+        do not (see :attr:`env_step_calls` for the calls made).
+        """
+        return sum(e.steps for e in self.episodes)
+
+    @property
     def mean_reward(self) -> float:
+        """Mean episode reward (``0.0`` with no episodes)."""
         if not self.episodes:
             return 0.0
         return sum(e.reward for e in self.episodes) / len(self.episodes)
 
+    @property
+    def success_rate(self) -> float | None:
+        """The fraction of episodes the env reported a success for, as RLMesh's
+        ``RunResult.success_rate``: ``None`` with no episodes or when any episode's
+        success is unknown (an outcome is never inferred from ``terminated``)."""
+        if not self.episodes or any(e.success is None for e in self.episodes):
+            return None
+        return sum(1 for e in self.episodes if e.success) / len(self.episodes)
+
+    def __str__(self) -> str:
+        count = len(self.episodes)
+        text = (
+            f"{self.status}: {count} episode{'' if count == 1 else 's'}, "
+            f"{self.total_steps} steps, mean reward {self.mean_reward:.3f}"
+        )
+        if self.success_rate is not None:
+            text += f", success rate {self.success_rate:.1%}"
+        if self.reason:
+            text += f" ({self.reason})"
+        return text
+
     def to_json_dict(self) -> dict[str, Any]:
-        """Exactly the DESIGN.md JSON report schema (``json.dumps`` it as is)."""
+        """The JSON report schema of ``docs/cli.md`` (``json.dumps`` it as is)."""
         return {
             "status": self.status,
             "reason": self.reason,
             "total_steps": self.total_steps,
+            "env_step_calls": self.env_step_calls,
             "mean_reward": self.mean_reward,
+            "success_rate": self.success_rate,
             "episodes": [episode.to_json_dict() for episode in self.episodes],
             "telemetry": [row.to_json_dict() for row in self.telemetry],
         }

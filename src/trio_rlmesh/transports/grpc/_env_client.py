@@ -68,7 +68,6 @@ TIMEOUT answer (which names the operation) normally arrives first."""
 DEFAULT_CLOSE_TIMEOUT: Final = 5.0
 
 _CLOSE_REASON: Final = "client close"
-_SERVICE: Final = "EnvService"
 
 EnvClientStatistics = JoinStatistics
 """A snapshot of one client's Join traffic (requests sent, replies, stale, in flight)."""
@@ -341,9 +340,7 @@ class EnvClient:
         return response, sent, received
 
     def _transport_error(self, exc: BaseException, context: dict[str, Any]) -> Error:
-        return map_transport_error(
-            exc, token_sent=self._metadata is not None, service=_SERVICE, **context
-        )
+        return map_transport_error(exc, token_sent=self._metadata is not None, **context)
 
     def _env_error(
         self,
@@ -577,9 +574,7 @@ async def open_env_client(
                 **context,
             ) from None
         except Exception as exc:
-            raise map_transport_error(
-                exc, token_sent=metadata is not None, service=_SERVICE, **context
-            ) from exc
+            raise map_transport_error(exc, token_sent=metadata is not None, **context) from exc
         base, contract, edition = _validate_handshake(response, editions, display)
         client = EnvClient(
             channel,

@@ -8,10 +8,10 @@ Both backends raise only :class:`~._status.GrpcError` (a call ended with a statu
 what happened                   what the caller gets
 ==============================  ===========================================================
 UNAUTHENTICATED                 TransportError: "rejected the token" when one was sent,
-                                "requires a token" when none was
+                                "requires a token" when none was sent
 DEADLINE_EXCEEDED, TimeoutError OperationTimeout
-UNIMPLEMENTED                   TransportError saying the server does not serve this
-                                service (the wrong kind of server?)
+UNIMPLEMENTED                   TransportError saying the server does not serve the
+                                operation's service (another kind of server?)
 UNAVAILABLE, RESOURCE_EXHAUSTED recoverable TransportError
 ABORTED
 other statuses                  TransportError carrying the status name as ``code``
@@ -23,6 +23,7 @@ an Error                        itself, with missing context filled in
 
 from __future__ import annotations
 
+import socket
 from typing import Any, Final
 
 import trio
@@ -47,6 +48,14 @@ def where(operation: str, address: str | None, step: int | None, lane: int | Non
     return " ".join(parts)
 
 
+_SERVICES: Final = {"env": "rlmesh.env.v1.EnvService", "model": "rlmesh.model.v1.ModelService"}
+
+
+def _service(operation: str) -> str:
+    """The service an operation belongs to (``env.*``: EnvService, ``model.*``: ModelService)."""
+    return _SERVICES.get(operation.partition(".")[0], "this service")
+
+
 def map_transport_error(
     exc: BaseException,
     *,
@@ -54,14 +63,12 @@ def map_transport_error(
     address: str | None,
     step: int | None = None,
     lane: int | None = None,
-    token_sent: bool = False,
-    service: str | None = None,
+    token_sent: bool | None = None,
 ) -> Error:
     """Turn a backend, socket or timeout exception into this package's error.
 
-    ``token_sent`` says whether the call carried a token (for UNAUTHENTICATED);
-    ``service`` names the service the call belongs to (``EnvService``, ``ModelService``)
-    for UNIMPLEMENTED. The original exception should become ``__cause__``.
+    ``token_sent`` says whether the call carried a token (``None``: unknown), for
+    UNAUTHENTICATED. The original exception should become ``__cause__``.
     """
     context: dict[str, Any] = {
         "operation": operation,
@@ -72,30 +79,37 @@ def map_transport_error(
     at = where(operation, address, step, lane)
     if isinstance(exc, Error):
         return exc.with_context(**context)
+    if isinstance(exc, OSError) and not isinstance(exc, TimeoutError):
+        # A raw socket error (a backend's own errors are ConnectionLost): was it the connect?
+        failure = ConnectionLost.could_not_connect(exc, address or "the server")
+        if isinstance(exc, (ConnectionRefusedError, FileNotFoundError, socket.gaierror)):
+            exc = failure
+        else:
+            exc = ConnectionLost(exc.strerror or str(exc) or type(exc).__name__)
     if isinstance(exc, GrpcError):
         status = exc.status
         detail = f": {exc.message}" if exc.message else ""
         if status is Status.UNAUTHENTICATED:
-            if token_sent:
-                text = (
-                    f"{at} failed: the server rejected the token (UNAUTHENTICATED{detail}); "
-                    "pass the token the server was started with"
-                )
+            if token_sent is None:
+                problem = "the server refused the call: the token is missing or wrong"
+            elif token_sent:
+                problem = "the server rejected the token"
             else:
-                text = (
-                    f"{at} failed: the server requires a token (UNAUTHENTICATED{detail}); "
-                    "pass the token it was started with"
-                )
-            return TransportError(text, code=status.name, **context)
+                problem = "the server requires a token and none was sent"
+            return TransportError(
+                f"{at} failed: {problem} (UNAUTHENTICATED{detail}); "
+                "pass the token the server was started with",
+                code=status.name,
+                **context,
+            )
         if status is Status.DEADLINE_EXCEEDED:
             return OperationTimeout(
                 f"{at} timed out (DEADLINE_EXCEEDED{detail})", code=status.name, **context
             )
         if status is Status.UNIMPLEMENTED:
-            served = f"the {service} service" if service else "this call"
             return TransportError(
-                f"{at} failed: the server at {address} does not serve {served} "
-                f"(UNIMPLEMENTED{detail}); is it the right kind of server?",
+                f"{at} failed: the server does not serve {_service(operation)} "
+                f"(UNIMPLEMENTED{detail}); is the address right?",
                 code=status.name,
                 **context,
             )
@@ -107,11 +121,10 @@ def map_transport_error(
         )
     if isinstance(exc, ConnectionLost):
         if exc.refused:
-            return TransportError(f"{operation} failed: {exc.reason}", **context)
+            return TransportError(f"{exc.reason} ({operation})", **context)
         return TransportError(f"connection lost during {at}: {exc.reason}", **context)
     if isinstance(exc, (TimeoutError, trio.TooSlowError)):
         return OperationTimeout(f"{at} timed out", **context)
-    if isinstance(exc, OSError):
-        reason = exc.strerror or str(exc) or type(exc).__name__
-        return TransportError(f"connection lost during {at}: {reason}", **context)
+    if isinstance(exc, EOFError):
+        return TransportError(f"connection lost during {at}: the stream ended", **context)
     return TransportError(f"{at} failed: {type(exc).__name__}: {exc}", **context)

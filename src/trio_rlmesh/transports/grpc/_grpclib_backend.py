@@ -28,6 +28,7 @@ import collections
 import contextlib
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Final
 
@@ -44,7 +45,7 @@ from grpclib.encoding.base import CodecBase
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 from grpclib.exceptions import ProtocolError as _GrpclibProtocolError
 
-from ..._nursery import background_nursery
+from ..._nursery import shielded_nursery
 from ._address import Address, parse_address, parse_bind_address
 from ._backend import BackendName, Handler, handler_outcome
 from ._framing import HEADER_SIZE, check_header
@@ -97,16 +98,8 @@ def _from_grpclib(exc: BaseException, label: str) -> BaseException:
         return GrpcError(Status.of(int(exc.status.value)), exc.message or "")
     if isinstance(exc, StreamTerminatedError):
         return ConnectionLost(f"{exc} (with {label})")
-    if isinstance(exc, ConnectionRefusedError):
-        return ConnectionLost(
-            f"could not connect to {label}: connection refused (is the server running?)",
-            refused=True,
-        )
-    if isinstance(exc, FileNotFoundError):
-        return ConnectionLost(
-            f"could not connect to {label}: no such socket file (is the server running?)",
-            refused=True,
-        )
+    if isinstance(exc, (ConnectionRefusedError, FileNotFoundError, socket.gaierror)):
+        return ConnectionLost.could_not_connect(exc, label)
     if isinstance(exc, OSError):
         return ConnectionLost(f"the connection with {label} broke ({exc.strerror or exc})")
     if isinstance(exc, _GrpclibProtocolError):
@@ -767,7 +760,9 @@ class GrpclibBackend:
         """Serve ``handlers`` on ``address`` for the duration of the block."""
         bind = _checked(parse_bind_address(address))
         token = trio.lowlevel.current_trio_token()
-        async with open_portal() as portal, background_nursery() as nursery:
+        # The trio handlers run shielded from the owner's cancellation, as on the trio
+        # backend: a stop drains and answers every open call before they are cancelled.
+        async with open_portal() as portal, shielded_nursery() as nursery:
             bridge = _Bridge(portal, token, nursery, handlers, settings)
 
             async def start() -> tuple[TrackedServer, str]:

@@ -657,7 +657,10 @@ class H2Connection:
         """Have what h2 queued written soon, from a synchronous context."""
         self._collect()
         if self._outbox and not self._writing and self._nursery is not None:
-            self._nursery.start_soon(self._flush_quietly)
+            # A connection whose tasks have all ended takes no new one; whatever is queued
+            # then goes out with the next flush, or with the connection's close.
+            with contextlib.suppress(RuntimeError):
+                self._nursery.start_soon(self._flush_quietly)
 
     async def _flush_quietly(self) -> None:
         with contextlib.suppress(ConnectionLost):

@@ -140,7 +140,10 @@ async def connect_memory(name: str) -> trio.abc.Stream:
     await trio.lowlevel.checkpoint()
     listener = _registry().get(name)
     if listener is None:
-        raise ConnectionLost(f"nothing listens at memory://{name}", refused=True)
+        raise ConnectionLost(
+            f"could not connect to memory://{name}: nothing listens there; is the server running?",
+            refused=True,
+        )
     client, server = memory_stream_pair()
     listener.deliver(server)
     return client

@@ -43,7 +43,6 @@ from ._settings import DEFAULT_SETTINGS, GrpcSettings
 
 __all__ = ["ModelClient", "ModelClientRuntimeModel", "open_model_client"]
 
-_SERVICE: Final = "ModelService"
 CLOSE_TIMEOUT: Final = 5.0
 
 
@@ -80,7 +79,6 @@ class ModelClient:
             operation=operation,
             address=self.address,
             token_sent=self._metadata is not None,
-            service=_SERVICE,
         )
 
     async def request(
@@ -264,7 +262,6 @@ async def open_model_client(
                 operation="model.connect",
                 address=shown,
                 token_sent=metadata is not None,
-                service=_SERVICE,
             ) from exc
         mux: JoinMux[model_v1.JoinResponse] = JoinMux(
             call, lambda reply: decode(model_v1.JoinResponse, reply), _request_id

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import math
+import socket
 from typing import Final
 
 __all__ = [
@@ -91,6 +92,38 @@ class ConnectionLost(Exception):
     def again(self) -> ConnectionLost:
         """A fresh copy (see :meth:`GrpcError.again`)."""
         return ConnectionLost(self.reason, refused=self.refused)
+
+    @classmethod
+    def could_not_connect(cls, exc: OSError, target: str) -> ConnectionLost:
+        """Why connecting to ``target`` failed, in words that say what to check.
+
+        >>> ConnectionLost.could_not_connect(ConnectionRefusedError(), "tcp://h:1").reason
+        'could not connect to tcp://h:1: connection refused; is the server running?'
+        """
+        exc = _root_os_error(exc)
+        if isinstance(exc, ConnectionRefusedError):
+            why = "connection refused; is the server running?"
+        elif isinstance(exc, FileNotFoundError):
+            why = "no such socket file; is the server running?"
+        elif isinstance(exc, socket.gaierror):
+            why = f"cannot resolve the host ({exc.strerror or exc})"
+        else:
+            why = exc.strerror or str(exc) or type(exc).__name__
+        return cls(f"could not connect to {target}: {why}", refused=True)
+
+
+def _root_os_error(exc: OSError) -> OSError:
+    """The first specific OSError behind ``exc`` (trio's ``open_tcp_stream`` wraps the
+    errors of every address it tried in one "all attempts failed" error)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        inner = getattr(current, "exceptions", None)
+        current = inner[0] if inner else (current.__cause__ or current.__context__)
+    return exc
 
 
 def again(exc: BaseException) -> BaseException:

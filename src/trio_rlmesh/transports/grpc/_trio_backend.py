@@ -8,7 +8,6 @@ socket, and replies come back through the connection's one reader task. TCP sock
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import socket as stdlib_socket
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -17,7 +16,7 @@ from typing import Final
 import attrs
 import trio
 
-from ..._nursery import background_nursery
+from ..._nursery import background_nursery, shielded_nursery
 from ._address import Address, parse_address, parse_bind_address
 from ._backend import BackendName, Handler, handler_outcome, unary_call
 from ._h2 import H2Connection, H2Stream
@@ -33,14 +32,6 @@ CLOSE_GRACE: Final = 1.0
 _SKIPPED_METADATA: Final = frozenset({"te", "content-type", "grpc-timeout", "user-agent"})
 
 
-def _describe_os_error(exc: OSError) -> str:
-    if exc.errno == errno.ECONNREFUSED:
-        return "connection refused (is the server running?)"
-    if exc.errno == errno.ENOENT:
-        return "no such socket file (is the server running?)"
-    return exc.strerror or str(exc)
-
-
 async def connect(address: Address) -> trio.abc.Stream:
     """Open the byte stream to ``address``.
 
@@ -54,9 +45,7 @@ async def connect(address: Address) -> trio.abc.Stream:
             return await trio.open_unix_socket(str(address.path))
         return await trio.open_tcp_stream(str(address.host), int(address.port or 0))
     except OSError as exc:
-        raise ConnectionLost(
-            f"could not connect to {address}: {_describe_os_error(exc)}", refused=True
-        ) from None
+        raise ConnectionLost.could_not_connect(exc, str(address)) from None
 
 
 # ------------------------------------------------------------------------------ client
@@ -354,7 +343,9 @@ class TrioBackend:
         """Serve ``handlers`` on ``address`` for the duration of the block."""
         listeners, bound = await _listen(parse_bind_address(address))
         server = TrioServer(listeners, bound, handlers, settings)
-        async with background_nursery() as nursery:
+        # Shielded: cancelling the server's owner must let it drain and answer every open
+        # call with a status first (the owner's finally); shutdown() ends it all, bounded.
+        async with shielded_nursery() as nursery:
             nursery.start_soon(server.accept_loop, nursery)
             try:
                 yield server

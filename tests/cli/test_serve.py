@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,13 +12,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from trio_rlmesh._cli import load_env_target, main
-
-from .env_server_support import raw_client
+from tests.transports.grpc.env_server_support import raw_client
+from trio_rlmesh._cli._exit import UsageError
+from trio_rlmesh._cli._targets import load_env_target
 
 pytestmark = pytest.mark.network
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env() -> dict[str, str]:
@@ -71,9 +72,7 @@ async def test_serve_env_cli(tmp_path: Path, sig: signal.Signals, code: int) -> 
 
 async def test_serve_env_cli_module_target_with_lanes_and_token() -> None:
     with trio.fail_after(60):
-        process, address = await _serve(
-            "tests.transports.grpc.cli_envs:make", "--num-envs", "2", "--token", "t"
-        )
+        process, address = await _serve("tests.cli.envs:make", "--num-envs", "2", "--token", "t")
         try:
             async with raw_client(address, "t") as client:
                 response = await client.handshake()
@@ -87,21 +86,48 @@ async def test_serve_env_cli_module_target_with_lanes_and_token() -> None:
                 await process.wait()
 
 
+async def test_serve_env_instantiates_a_class_with_arguments(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        process, address = await _serve(
+            "tests.cli.envs:Counter", "--env-kwargs", '{"length": 2}', "--env-arg", "scale=0.5"
+        )
+        try:
+            out = tmp_path / "report.json"
+            await trio.run_process(
+                [
+                    *(sys.executable, "-m", "trio_rlmesh", "run", "--env", address),
+                    *("--model", "tests.cli.models:AlwaysLeft", "--episodes", "3"),
+                    *("--no-progress", "--json", str(out)),
+                ],
+                env=_env(),
+                capture_stdout=True,
+                capture_stderr=True,
+            )
+            process.send_signal(signal.SIGTERM)
+            assert await process.wait() == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    report = json.loads(out.read_text())
+    assert [(e["steps"], e["reward"]) for e in report["episodes"]] == [(2, 1.0)] * 3
+
+
 def test_load_env_target() -> None:
-    from .cli_envs import ENV, make
+    from .envs import ENV, Counter
 
-    assert load_env_target("tests.transports.grpc.cli_envs:ENV") is ENV
-    assert load_env_target("tests.transports.grpc.cli_envs:make") is make
-    assert callable(load_env_target("gymnasium:CartPole-v1"))
-    for bad in ("CartPole-v1", "no_such_module_xyz:env", "tests.transports.grpc.cli_envs:nope"):
-        with pytest.raises(ValueError, match=r"ENV must be|cannot import|has no attribute"):
+    assert load_env_target("tests.cli.envs:ENV") is ENV
+    made = load_env_target("tests.cli.envs:make")()
+    assert isinstance(made, Counter)
+    # A class is a factory: each call makes an instance, with the env arguments.
+    factory = load_env_target("tests.cli.envs:Counter", {"length": 7})
+    first, second = factory(), factory()
+    assert isinstance(first, Counter)
+    assert first is not second
+    assert first.length == 7
+    cartpole = load_env_target("gymnasium:CartPole-v1", {"render_mode": "rgb_array"})()
+    assert cartpole.render_mode == "rgb_array"
+    cartpole.close()
+    for bad in ("CartPole-v1", "no_such_module_xyz:env", "tests.cli.envs:nope"):
+        with pytest.raises(UsageError, match=r"ENV must be|no module named|has no 'nope'"):
             load_env_target(bad)
-
-
-def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["serve-model", "x:y"]) == 2
-    assert "cannot import module 'x' for MODEL" in capsys.readouterr().err
-    assert main(["serve-env", "not-a-target"]) == 2
-    assert "ENV must be" in capsys.readouterr().err
-    assert main(["serve-env", "tests.transports.grpc.cli_envs:NOT_AN_ENV"]) == 1
-    assert "cannot serve a int" in capsys.readouterr().err

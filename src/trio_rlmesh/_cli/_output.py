@@ -1,0 +1,114 @@
+"""What ``run`` prints and writes: the episode table, the summary, the JSON report.
+
+Results come first: the episode table and a summary (reward mean ± standard deviation, min
+and max, mean length, success rate when the env reports success). The telemetry table is
+printed only on request. ``--json -`` puts the report on stdout, and then every other line
+goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..runtime import RuntimeReport
+
+__all__ = [
+    "STDOUT",
+    "empty_report_dict",
+    "format_episodes",
+    "format_summary",
+    "plural",
+    "write_json",
+]
+
+STDOUT = Path("-")
+"""``--json -``: the report goes to stdout."""
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 episode``, ``2 episodes``.
+
+    >>> plural(1, "episode"), plural(0, "episode")
+    ('1 episode', '0 episodes')
+    """
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def format_episodes(report: RuntimeReport) -> str:
+    """The table of the episodes a run finished, one line each."""
+    header = f"{'#':>4} {'seed':>8} {'steps':>7} {'reward':>10} {'term':>5} {'trunc':>5} {'ok':>5}"
+    lines = [header, "-" * len(header)]
+    for ep in report.episodes:
+        seed = "-" if ep.seed is None else str(ep.seed)
+        ok = "-" if ep.success is None else ("yes" if ep.success else "no")
+        lines.append(
+            f"{ep.index:>4} {seed:>8} {ep.steps:>7} {ep.reward:>10.2f} "
+            f"{ep.terminated!s:>5} {ep.truncated!s:>5} {ok:>5}"
+        )
+    return "\n".join(lines)
+
+
+def format_summary(report: RuntimeReport) -> str:
+    """How the run ended, and what its episodes add up to.
+
+    >>> from trio_rlmesh.runtime import EpisodeRecord
+    >>> def ep(i, steps, reward, ok):
+    ...     return EpisodeRecord(i, 0, "e", i, i, steps, reward, True, False, ok, 0.0, 0.0, 0.0)
+    >>> report = RuntimeReport(
+    ...     "completed", None, "s", "e", (ep(0, 10, 10.0, True), ep(1, 30, 20.0, False)), 40
+    ... )
+    >>> print(format_summary(report))
+    completed: 2 episodes, 40 steps
+    reward 15.00 ± 5.00 (min 10.00, max 20.00), mean length 20.0 steps
+    success rate 50.0% (1 of 2)
+    """
+    episodes = report.episodes
+    head = f"{report.status}: {plural(len(episodes), 'episode')}, {report.total_steps} steps"
+    if report.reason:
+        head += f" ({report.reason})"
+    lines = [head]
+    if episodes:
+        rewards = [e.reward for e in episodes]
+        mean_length = report.total_steps / len(episodes)
+        lines.append(
+            f"reward {statistics.fmean(rewards):.2f} ± {statistics.pstdev(rewards):.2f} "
+            f"(min {min(rewards):.2f}, max {max(rewards):.2f}), "
+            f"mean length {mean_length:.1f} steps"
+        )
+    rate = report.success_rate
+    if rate is not None:
+        successes = sum(1 for e in episodes if e.success)
+        lines.append(f"success rate {rate:.1%} ({successes} of {len(episodes)})")
+    return "\n".join(lines)
+
+
+def empty_report_dict(reason: str) -> dict[str, Any]:
+    """The JSON report of a run that failed before it started."""
+    report = RuntimeReport("failed", reason, "", "", (), env_step_calls=0)
+    return report.to_json_dict()
+
+
+def write_json(path: Path | None, data: dict[str, Any], stdout: TextIO | None = None) -> None:
+    """Write ``data`` as strict JSON to ``path`` (stdout for ``-``; nothing for ``None``)."""
+    if path is None:
+        return
+    # Reports can carry NaN (an empty mean); keep the output strict JSON.
+    text = json.dumps(data, indent=2, allow_nan=False, default=_json_default) + "\n"
+    if path == STDOUT:
+        stream = stdout or sys.stdout
+        stream.write(text)
+        stream.flush()
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")

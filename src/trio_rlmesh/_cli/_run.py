@@ -1,0 +1,522 @@
+"""``trio-rlmesh run``: evaluate a model against an env, with progress, tables and a JSON report."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+import attrs
+import trio
+
+from .._errors import Error, TransportError
+from ..runtime import (
+    EpisodeCompleted,
+    EpisodeRecord,
+    RuntimeDriver,
+    RuntimeHooks,
+    RuntimeReport,
+    StepCompleted,
+)
+from ._exit import (
+    EXIT_CANCELLED,
+    EXIT_OK,
+    Failure,
+    Interrupts,
+    UsageError,
+    describe,
+    unwrap,
+)
+from ._output import (
+    STDOUT,
+    empty_report_dict,
+    format_episodes,
+    format_summary,
+    plural,
+    write_json,
+)
+from ._policies import HeuristicCartPole, RandomPolicy, is_cartpole
+from ._targets import (
+    add_env_kwargs_options,
+    check_address,
+    env_kwargs,
+    is_address,
+    load_env_target,
+    load_model_target,
+)
+from ._tokens import (
+    ENV_TOKEN_VARIABLE,
+    MODEL_TOKEN_VARIABLE,
+    TOKEN_VARIABLE,
+    Side,
+    add_side_token_options,
+    add_token_options,
+    explicit_side_token,
+    resolve_token,
+)
+
+__all__ = ["add_run_parser", "parse_seeds", "run_command"]
+
+DEFAULT_ENV = "gymnasium:CartPole-v1"
+DEFAULT_EPISODES = 10
+RANDOM_MODEL = "random"
+"""``--model random``: the random baseline (RLMesh's ``RANDOM_SAMPLE``)."""
+PROBE_TIMEOUT = 5.0
+"""Seconds a handshake that tells an env server from a model server may take."""
+CANCEL_GRACE = 1.5
+"""Seconds a run may spend stopping after SIGINT/SIGTERM (releasing the model, closing the env
+session, stopping an in-process env server) before the process ends anyway, writing the
+episodes it finished."""
+
+
+def parse_seeds(text: str) -> list[int]:
+    """Parse ``0,1,2`` or an inclusive range ``0..39``.
+
+    >>> parse_seeds("3..5"), parse_seeds("7, 9")
+    ([3, 4, 5], [7, 9])
+    """
+    text = text.strip()
+    if ".." in text:
+        low_text, _, high_text = text.partition("..")
+        try:
+            low, high = int(low_text), int(high_text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"bad seed range {text!r}; use e.g. 0..39") from None
+        if high < low:
+            raise argparse.ArgumentTypeError(f"seed range {text!r} is empty; use low..high")
+        return list(range(low, high + 1))
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad seed list {text!r}; use e.g. 0,1,2") from None
+
+
+def add_run_parser(commands: Any) -> None:
+    """Add ``run`` to the script's subcommands."""
+    p: argparse.ArgumentParser = commands.add_parser(
+        "run",
+        help="evaluate a model against an env",
+        description=(
+            "Evaluate a model against an env. With no --env, Gymnasium's CartPole-v1 is served "
+            "in-process on loopback. With no --model, a built-in heuristic policy runs on "
+            "CartPole and a random policy (--model random) on any other env."
+        ),
+    )
+    p.add_argument("--env", help="gymnasium:<id>, module:attr, or an env server address")
+    add_env_kwargs_options(p)
+    p.add_argument(
+        "--model", help="module:attr, a model server address, or 'random' (samples actions)"
+    )
+    p.add_argument("--episodes", type=int, help=f"episodes to run (default {DEFAULT_EPISODES})")
+    p.add_argument("--seeds", type=parse_seeds, help="seed list 0,1,2 or range 0..39")
+    p.add_argument("--base-seed", type=int, help="derive reset seeds from this seed")
+    p.add_argument("--max-episode-steps", type=int, help="truncate episodes after N steps")
+    p.add_argument("--max-episode-seconds", type=float, help="truncate episodes after S seconds")
+    p.add_argument("--execution-horizon", type=int, default=1, help="actions per predict")
+    p.add_argument("--prefetch-lead", type=int, default=0, help="frames of prefetch overlap")
+    add_token_options(p, "auth token for the env and model servers")
+    add_side_token_options(p)
+    p.add_argument(
+        "--json", type=Path, metavar="PATH", help="write the report as JSON to PATH ('-': stdout)"
+    )
+    p.add_argument("--telemetry", action="store_true", help="print the table of timings too")
+    p.add_argument("--no-progress", action="store_true", help="no live progress line")
+    p.set_defaults(handler=run_command)
+
+
+@attrs.frozen
+class _Plan:
+    """A run, checked and loaded before anything starts."""
+
+    episodes: int
+    env_label: str
+    env_address: str | None
+    """The env server to connect to; ``None``: serve :attr:`env` in-process."""
+    env: Any
+    model_label: str
+    model_address: str | None
+    model: Any
+    """The model object; ``None`` for a model server or a baseline chosen at connect."""
+    baseline: Literal["default", "random"] | None = None
+    """``default``: no ``--model`` (the heuristic on CartPole, else random); ``random``."""
+    seed: int | None = None
+    """The run's seed (``--base-seed``, else the first of ``--seeds``), for the random policy."""
+    env_token: str | None = None
+    model_token: str | None = None
+
+
+def _check_options(args: argparse.Namespace) -> int:
+    """Check the numeric options; returns the episode count."""
+    seeds: list[int] = args.seeds or []
+    episodes: int | None = args.episodes
+    if seeds and episodes is not None and episodes != len(seeds):
+        raise UsageError(
+            f"--episodes {episodes} disagrees with the {len(seeds)} seeds given; "
+            "drop --episodes or give one seed per episode"
+        )
+    if episodes is None:
+        episodes = len(seeds) if seeds else DEFAULT_EPISODES
+    if episodes < 1:
+        raise UsageError(f"--episodes must be at least 1, got {episodes}")
+    if args.execution_horizon < 1:
+        raise UsageError(
+            f"--execution-horizon must be at least 1 (actions per predict), "
+            f"got {args.execution_horizon}"
+        )
+    if args.prefetch_lead < 0:
+        raise UsageError(f"--prefetch-lead must be 0 or more frames, got {args.prefetch_lead}")
+    if args.max_episode_steps is not None and args.max_episode_steps < 1:
+        raise UsageError(f"--max-episode-steps must be at least 1, got {args.max_episode_steps}")
+    seconds = args.max_episode_seconds
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"--max-episode-seconds must be a positive number, got {seconds}")
+    return episodes
+
+
+def _plan(args: argparse.Namespace) -> _Plan:
+    """Check every argument and load every target, before anything starts."""
+    episodes = _check_options(args)
+    kwargs = env_kwargs(args.env_kwargs, args.env_arg)
+    env_label = args.env or DEFAULT_ENV
+    env_address: str | None = None
+    env: Any = None
+    if is_address(env_label):
+        if kwargs:
+            raise UsageError(
+                "--env-kwargs/--env-arg configure an env served in-process; "
+                f"--env {env_label} is a server address"
+            )
+        env_address = check_address(env_label, "--env")
+    else:
+        env = load_env_target(env_label, kwargs, run=True)
+    model_address: str | None = None
+    model: Any = None
+    baseline: Literal["default", "random"] | None = None
+    model_label = args.model
+    if args.model is None:
+        baseline = "default"
+    elif args.model == RANDOM_MODEL:
+        baseline = "random"
+    elif is_address(args.model):
+        model_label = f"the model at {args.model}"
+        model_address = check_address(args.model, "--model")
+    else:
+        model = load_model_target(args.model)
+    seeds: list[int] = args.seeds or []
+    return _Plan(
+        episodes,
+        env_label,
+        env_address,
+        env,
+        model_label,
+        model_address,
+        model,
+        env_token=_token(args, "env", env_address),
+        model_token=_token(args, "model", model_address),
+        baseline=baseline,
+        seed=args.base_seed if args.base_seed is not None else (seeds[0] if seeds else None),
+    )
+
+
+def _token(args: argparse.Namespace, side: Side, address: str | None) -> str | None:
+    """The token to send to ``side``'s server; none for a side that runs in-process."""
+    if address is not None:
+        return resolve_token(args, side)
+    option = explicit_side_token(args, side)
+    if option is not None:
+        raise UsageError(
+            f"{option} is for a {side} server address, but the {side} runs in-process; "
+            f"drop {option} or pass the server's address as --{side}"
+        )
+    return None
+
+
+class _Progress(RuntimeHooks):
+    """Counts what the run has done; the ticker renders it, never the hot path."""
+
+    def __init__(self, episodes: int) -> None:
+        self.target = episodes
+        self.done = 0
+        self.steps = 0
+        self.reward_sum = 0.0
+        self.started = time.perf_counter()
+        self.records: list[EpisodeRecord] = []
+        """Every episode counted so far: what a run that must end at once still reports."""
+
+    async def step_completed(self, event: StepCompleted) -> None:
+        self.steps = event.total_steps
+
+    async def episode_completed(self, event: EpisodeCompleted) -> None:
+        self.done += 1
+        self.reward_sum += event.record.reward
+        self.records.append(event.record)
+
+    def report(self, reason: str) -> RuntimeReport:
+        """A cancelled report of the episodes counted so far (no telemetry)."""
+        return RuntimeReport(
+            "cancelled", reason, "", "", tuple(self.records), env_step_calls=self.steps
+        )
+
+    def line(self) -> str:
+        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        mean = f"{self.reward_sum / self.done:8.2f}" if self.done else f"{'-':>8}"
+        width = 24
+        filled = int(width * self.done / self.target) if self.target else 0
+        bar = "#" * filled + "-" * (width - filled)
+        return (
+            f"[{bar}] {self.done}/{self.target} episodes  {self.steps / elapsed:8.0f} steps/s  "
+            f"mean reward {mean}"
+        )
+
+
+async def _ticker(progress: _Progress, stream: TextIO) -> None:
+    while True:
+        stream.write("\r" + progress.line())
+        stream.flush()
+        await trio.sleep(0.2)
+
+
+class _DriverSlot:
+    """The ``task_status`` a run reports its driver to, so that a signal can cancel it.
+
+    A cancel that comes before the driver exists cancels the connect instead.
+    """
+
+    def __init__(self, scope: trio.CancelScope) -> None:
+        self.driver: RuntimeDriver | None = None
+        self.reason: str | None = None
+        self.report: RuntimeReport | None = None
+        self._scope = scope
+
+    def started(self, value: Any = None) -> None:
+        self.driver = value
+        if self.reason is not None and value is not None:
+            value.cancel(self.reason)
+
+    def cancel(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        if self.driver is not None:
+            self.driver.cancel(reason)
+        else:
+            self._scope.cancel()  # still connecting: nothing to report yet
+
+
+async def _evaluate(
+    args: argparse.Namespace, plan: _Plan, out: TextIO, interrupts: Interrupts
+) -> RuntimeReport:
+    from .._facade import RunLocalOptions
+    from ..transports.grpc import serve_env
+
+    progress = _Progress(plan.episodes)
+    show_progress = not args.no_progress and out.isatty()
+    async with trio.open_nursery() as nursery:
+        slot = _DriverSlot(nursery.cancel_scope)
+        interrupts.arm(lambda signum: slot.cancel(f"interrupted by {signum.name}"))
+        interrupts.last_words(
+            lambda: _write_results(args, out, progress.report(_interrupted(interrupts)), None)
+        )
+        if plan.env_address is None:
+            address = await nursery.start(serve_env, plan.env, "127.0.0.1:0")
+        else:
+            address = plan.env_address
+        options = RunLocalOptions(
+            address,
+            token=plan.env_token,
+            base_seed=args.base_seed,
+            episode_seeds=tuple(args.seeds or ()),
+            max_episodes=plan.episodes,
+            max_episode_steps=args.max_episode_steps,
+            max_episode_seconds=args.max_episode_seconds,
+            execution_horizon=args.execution_horizon,
+            prefetch_lead=args.prefetch_lead,
+            close_env=False,
+        )
+        if show_progress:
+            nursery.start_soon(_ticker, progress, out)
+        try:
+            await _drive(plan, options, progress, slot)
+        finally:
+            # The in-process env server and the ticker end with the run.
+            interrupts.disarm()
+            nursery.cancel_scope.cancel()
+    if show_progress:
+        out.write("\r" + progress.line() + "\n")
+    if slot.report is None:  # cancelled while connecting
+        return RuntimeReport(
+            status="cancelled",
+            reason=slot.reason,
+            session_id="",
+            env_id="",
+            episodes=(),
+            env_step_calls=0,
+        )
+    return slot.report
+
+
+async def _drive(plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSlot) -> None:
+    from .._facade import run_local, run_remote
+
+    try:
+        model, label = plan.model, plan.model_label
+        if plan.baseline is not None:
+            model, label = await _baseline(plan, options.env_address)
+        _announce(plan, label, options.env_address)
+        if plan.model_address is not None:
+            slot.report = await run_remote(
+                plan.model_address,
+                options,
+                model_token=plan.model_token,
+                hooks=hooks,
+                task_status=slot,
+            )
+        else:
+            slot.report = await run_local(model, options, hooks=hooks, task_status=slot)
+    except TransportError as exc:
+        raise await _explain_connect_failure(exc, plan) from exc
+
+
+def _announce(plan: _Plan, model_label: str, address: str) -> None:
+    """The first line: what is evaluated on what."""
+    count = plural(plan.episodes, "episode")
+    sys.stderr.write(
+        f"trio-rlmesh: evaluating {model_label} on {plan.env_label} ({address}), {count}\n"
+    )
+    sys.stderr.flush()
+
+
+async def _baseline(plan: _Plan, address: str) -> tuple[Any, str]:
+    """The policy ``--model random`` or no ``--model`` stands for, from the env's contract."""
+    from ..protocol import read_env_contract
+    from ..transports.grpc import open_env_client
+
+    async with open_env_client(address, token=plan.env_token) as client:
+        info = read_env_contract(client.contract)
+    if plan.baseline == "default" and is_cartpole(info):
+        return HeuristicCartPole(), "the built-in heuristic CartPole policy (no --model given)"
+    why = "it samples the action space"
+    if plan.baseline == "default":
+        why = f"no --model given and {info.env_id or 'the env'} is not CartPole; {why}"
+    if plan.seed is not None:
+        why += f", seed {plan.seed}"
+    return RandomPolicy(info, plan.seed), f"a random policy ({why})"
+
+
+_CONNECTS: dict[str | None, Side] = {"env.handshake": "env", "model.connect": "model"}
+_OTHER: dict[Side, Side] = {"env": "model", "model": "env"}
+_TOKEN_SOURCES: dict[Side, str] = {
+    "env": f"--env-token, --token, a --token-file or ${ENV_TOKEN_VARIABLE}/${TOKEN_VARIABLE}",
+    "model": f"--model-token, --token, a --token-file or ${MODEL_TOKEN_VARIABLE}/${TOKEN_VARIABLE}",
+}
+
+
+async def _explain_connect_failure(error: TransportError, plan: _Plan) -> Error:
+    """Say what a failed connect means on the command line.
+
+    An address given for one service that serves the other (an env server passed as
+    ``--model``, or the reverse) is told apart by a handshake on the other service; a token
+    problem names the options that carry tokens.
+    """
+    side = _CONNECTS.get(error.operation)
+    address = plan.env_address if side == "env" else plan.model_address
+    if side is None or address is None:
+        return error
+    token = plan.env_token if side == "env" else plan.model_token
+    if error.code == "UNAUTHENTICATED":
+        return _with_message(error, f"{error.message} ({_TOKEN_SOURCES[side]})")
+    if error.code is None:
+        return error  # no gRPC answer at all: nothing else to learn from the server
+    other = _OTHER[side]
+    if not await _serves(other, address, token):
+        return error
+    return UsageError(
+        f"--{side} {address} is {'an' if other == 'env' else 'a'} {other} server (it answers "
+        f"rlmesh.{other}.v1.{other.capitalize()}Service, not the {side} service): pass it as "
+        f"--{other}, and the {side} server's address (or a target) as --{side}"
+    )
+
+
+def _with_message(error: TransportError, message: str) -> TransportError:
+    return TransportError(
+        message,
+        recoverable=error.recoverable,
+        operation=error.operation,
+        address=error.address,
+        code=error.code,
+    )
+
+
+async def _serves(side: Side, address: str, token: str | None) -> bool:
+    """Whether the server at ``address`` completes a ``side`` handshake (or wants a token)."""
+    from ..transports.grpc import open_env_client, open_model_client
+
+    opener = open_env_client if side == "env" else open_model_client
+    with trio.move_on_after(PROBE_TIMEOUT):
+        try:
+            async with opener(address, token=token):
+                return True
+        except Error as exc:
+            return exc.code == "UNAUTHENTICATED"
+    return False
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Entry point of ``trio-rlmesh run``; returns the process exit status."""
+    # With the report on stdout, every other line goes to stderr.
+    out = sys.stderr if args.json == STDOUT else sys.stdout
+    interrupts = Interrupts(grace=CANCEL_GRACE, exit_code=lambda _signum: EXIT_CANCELLED)
+    with interrupts.installed():
+        # Until the run starts there is nothing to report but the interruption itself.
+        interrupts.last_words(
+            lambda: _write_results(args, out, _Progress(0).report(_interrupted(interrupts)), None)
+        )
+        report: RuntimeReport | None = None
+        failure: Failure | None = None
+        try:
+            plan = _plan(args)
+            report = trio.run(_evaluate, args, plan, out, interrupts)
+        except Exception as exc:  # the one place a failure becomes an exit status
+            failure = describe(exc)
+            report = getattr(unwrap(exc), "report", None)
+        status = _status(report, failure)
+        with interrupts.final_output(status):
+            _write_results(args, out, report, failure)
+        return status
+
+
+def _interrupted(interrupts: Interrupts) -> str:
+    signum = interrupts.received
+    return f"interrupted by {signum.name}" if signum is not None else "interrupted"
+
+
+def _status(report: RuntimeReport | None, failure: Failure | None) -> int:
+    if failure is not None:
+        return failure.exit_code
+    assert report is not None
+    return EXIT_CANCELLED if report.status == "cancelled" else EXIT_OK
+
+
+def _write_results(
+    args: argparse.Namespace, out: TextIO, report: RuntimeReport | None, failure: Failure | None
+) -> None:
+    """Print the results (the episodes finished, however the run ended) and write the report."""
+    if report is not None and (report.episodes or failure is None):
+        out.write(format_episodes(report) + "\n")
+        shown = report if failure is None else attrs.evolve(report, reason=None)
+        out.write(format_summary(shown) + "\n")
+        if args.telemetry and report.telemetry:
+            from ..runtime import format_telemetry
+
+            out.write(format_telemetry(report.telemetry) + "\n")
+        out.flush()
+    if failure is not None:
+        sys.stderr.write(f"trio-rlmesh run: {failure.message}\n")
+        data = report.to_json_dict() if report is not None else empty_report_dict("")
+        data["status"], data["reason"] = "failed", failure.reason
+        write_json(args.json, data)
+        return
+    assert report is not None
+    write_json(args.json, report.to_json_dict())

@@ -1,0 +1,169 @@
+"""``trio-rlmesh serve-env`` and ``trio-rlmesh serve-model``.
+
+Both run until SIGINT (exit 130) or SIGTERM (exit 0), or until the server stops by itself
+(remote shutdown, idle timeout; exit 0). They print the bound address on one line and
+write it to ``--ready-file`` once serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ._exit import EXIT_CANCELLED, EXIT_OK, Interrupts, UsageError, describe
+from ._targets import (
+    add_env_kwargs_options,
+    check_bind_address,
+    env_kwargs,
+    load_env_target,
+    load_model_target,
+)
+from ._tokens import add_token_options, resolve_token
+
+__all__ = ["add_serve_parsers"]
+
+ServeFn = Callable[[trio.TaskStatus[str]], Awaitable[None]]
+
+DEFAULT_DRAIN_TIMEOUT = 5.0
+STOP_MARGIN = 2.0
+"""Seconds past the drain timeout a signalled server may take to stop before the process
+ends anyway (closing connections and the env, joining worker threads)."""
+
+
+def _exit_code(signum: signal.Signals) -> int:
+    return EXIT_CANCELLED if signum == signal.SIGINT else EXIT_OK
+
+
+def add_serve_parsers(commands: Any) -> None:
+    """Add ``serve-env`` and ``serve-model`` to the script's subcommands."""
+    serve_env = commands.add_parser("serve-env", help="serve a Gymnasium env")
+    serve_env.add_argument("env", metavar="ENV", help="gymnasium:<id> or module:attr")
+    serve_env.add_argument(
+        "--num-envs",
+        type=int,
+        default=None,
+        help="lanes, one env each (gymnasium:<id>, a class or a function)",
+    )
+    serve_env.add_argument(
+        "--autoreset", choices=("next-step", "disabled"), default=None, help="vector envs"
+    )
+    add_env_kwargs_options(serve_env)
+    serve_env.set_defaults(handler=serve_env_command)
+    serve_model = commands.add_parser("serve-model", help="serve a model")
+    serve_model.add_argument("model", metavar="MODEL", help="module:attr (class or instance)")
+    serve_model.set_defaults(handler=serve_model_command)
+    for sub in (serve_env, serve_model):
+        sub.add_argument("--bind", default="127.0.0.1:0", help="bind address")
+        add_token_options(sub, "require this authorization token")
+        sub.add_argument(
+            "--drain-timeout",
+            type=float,
+            default=DEFAULT_DRAIN_TIMEOUT,
+            metavar="S",
+            help=f"on SIGINT/SIGTERM, let requests in progress finish for S seconds "
+            f"(default {DEFAULT_DRAIN_TIMEOUT:g})",
+        )
+        sub.add_argument("--ready-file", type=Path, default=None, help="write the address here")
+
+
+def serve_env_command(args: argparse.Namespace) -> int:
+    """Entry point of ``trio-rlmesh serve-env``; returns the exit status."""
+    from ..transports.grpc import serve_env
+
+    def prepare() -> ServeFn:
+        if args.num_envs is not None and args.num_envs < 1:
+            raise UsageError(f"--num-envs must be at least 1, got {args.num_envs}")
+        check_bind_address(args.bind)
+        token = resolve_token(args)
+        env = load_env_target(args.env, env_kwargs(args.env_kwargs, args.env_arg))
+        if args.num_envs not in (None, 1) and not callable(env):
+            raise UsageError(
+                f"--num-envs {args.num_envs} needs a gymnasium:<id>, a class or a function "
+                f"(one env per lane); ENV {args.env!r} is one env object"
+            )
+
+        async def serve(task_status: trio.TaskStatus[str]) -> None:
+            await serve_env(
+                env,
+                args.bind,
+                num_envs=args.num_envs,
+                autoreset=args.autoreset,
+                token=token,
+                drain_timeout=args.drain_timeout,
+                task_status=task_status,
+            )
+
+        return serve
+
+    return _run_server(args, prepare)
+
+
+def serve_model_command(args: argparse.Namespace) -> int:
+    """Entry point of ``trio-rlmesh serve-model``; returns the exit status."""
+    from ..transports.grpc import serve_model
+
+    def prepare() -> ServeFn:
+        check_bind_address(args.bind)
+        token = resolve_token(args)
+        model = load_model_target(args.model)
+
+        async def serve(task_status: trio.TaskStatus[str]) -> None:
+            await serve_model(
+                model,
+                args.bind,
+                token=token,
+                drain_timeout=args.drain_timeout,
+                task_status=task_status,
+            )
+
+        return serve
+
+    return _run_server(args, prepare)
+
+
+def _check_drain_timeout(args: argparse.Namespace) -> None:
+    seconds = args.drain_timeout
+    if not (seconds >= 0 and seconds != float("inf")):
+        raise UsageError(f"--drain-timeout must be 0 or more seconds, got {seconds}")
+
+
+def _run_server(args: argparse.Namespace, prepare: Callable[[], ServeFn]) -> int:
+    grace = (args.drain_timeout if args.drain_timeout >= 0 else 0.0) + STOP_MARGIN
+    interrupts = Interrupts(grace=grace, exit_code=_exit_code)
+    with interrupts.installed():
+        try:
+            _check_drain_timeout(args)
+            serve = prepare()
+            return trio.run(_serve, args, serve, interrupts)
+        except Exception as exc:  # the one place a failure becomes an exit status
+            failure = describe(exc)
+            print(f"trio-rlmesh {args.command}: {failure.message}", file=sys.stderr)
+            return failure.exit_code
+
+
+async def _serve(args: argparse.Namespace, serve: ServeFn, interrupts: Interrupts) -> int:
+    try:
+        async with trio.open_nursery() as nursery:
+            interrupts.arm(lambda _signum: nursery.cancel_scope.cancel())
+
+            async def run_server(task_status: trio.TaskStatus[str]) -> None:
+                await serve(task_status)
+                # Stopped by itself (remote shutdown, idle): nothing else to wait for.
+                nursery.cancel_scope.cancel()
+
+            address = await nursery.start(run_server)
+            if args.ready_file is not None:
+                # Written (atomically) before the stdout line, so either signal means ready.
+                partial = args.ready_file.with_name(args.ready_file.name + ".partial")
+                partial.write_text(address + "\n")
+                partial.replace(args.ready_file)
+            print(address, flush=True)
+    finally:
+        interrupts.disarm()
+    return EXIT_OK if interrupts.received is None else _exit_code(interrupts.received)

@@ -1,0 +1,58 @@
+"""docs/cli.md shows each command's real ``--help``.
+
+To refresh the blocks after changing an option: ``python -m tests.cli.test_docs``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from trio_rlmesh._cli import _parser
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI_DOC = ROOT / "docs" / "cli.md"
+COMMANDS = ("serve-env", "serve-model", "run")
+WIDTH = "100"
+
+
+def command_help(command: str) -> str:
+    """``trio-rlmesh COMMAND --help`` as printed in a 100-column terminal."""
+    previous = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = WIDTH
+    try:
+        parser = _parser()
+        subparsers = next(action for action in parser._actions if action.dest == "command")
+        return str(subparsers.choices[command].format_help()).rstrip()  # type: ignore[attr-defined]
+    finally:
+        if previous is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = previous
+
+
+def _blocks(text: str) -> dict[str, str]:
+    found = {}
+    for block in re.findall(r"```text\n(usage: trio-rlmesh .*?)\n```", text, flags=re.S):
+        found[block.split()[2]] = block
+    return found
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_documented_help_is_the_real_one(command: str) -> None:
+    assert _blocks(CLI_DOC.read_text())[command] == command_help(command)
+
+
+def refresh() -> None:
+    """Rewrite the help blocks of docs/cli.md from the parser."""
+    text = CLI_DOC.read_text()
+    for command, block in _blocks(text).items():
+        text = text.replace(block, command_help(command))
+    CLI_DOC.write_text(text)
+
+
+if __name__ == "__main__":
+    refresh()
