@@ -16,6 +16,7 @@ from typing import Any
 
 import trio
 
+from ..transports.grpc._backend import BACKENDS
 from ._exit import EXIT_CANCELLED, EXIT_OK, Interrupts, UsageError, describe
 from ._targets import (
     add_env_kwargs_options,
@@ -53,6 +54,13 @@ def add_serve_parsers(commands: Any) -> None:
     serve_env.add_argument(
         "--autoreset", choices=("next-step", "disabled"), default=None, help="vector envs"
     )
+    serve_env.add_argument(
+        "--env-calls",
+        choices=("thread", "inline"),
+        default="thread",
+        help="run env code in a worker thread per lane (default; a stuck env can be "
+        "abandoned) or inline on the event loop (faster for quick envs)",
+    )
     add_env_kwargs_options(serve_env)
     serve_env.set_defaults(handler=serve_env_command)
     serve_model = commands.add_parser("serve-model", help="serve a model")
@@ -70,6 +78,12 @@ def add_serve_parsers(commands: Any) -> None:
             f"(default {DEFAULT_DRAIN_TIMEOUT:g})",
         )
         sub.add_argument("--ready-file", type=Path, default=None, help="write the address here")
+        sub.add_argument(
+            "--grpc-backend",
+            choices=BACKENDS,
+            default="trio",
+            help="gRPC over h2 on trio (default), or grpclib on an asyncio helper thread",
+        )
 
 
 def serve_env_command(args: argparse.Namespace) -> int:
@@ -96,6 +110,8 @@ def serve_env_command(args: argparse.Namespace) -> int:
                 autoreset=args.autoreset,
                 token=token,
                 drain_timeout=args.drain_timeout,
+                env_calls=args.env_calls,
+                backend=args.grpc_backend,
                 task_status=task_status,
             )
 
@@ -119,6 +135,7 @@ def serve_model_command(args: argparse.Namespace) -> int:
                 args.bind,
                 token=token,
                 drain_timeout=args.drain_timeout,
+                backend=args.grpc_backend,
                 task_status=task_status,
             )
 
