@@ -23,16 +23,17 @@ user object gets a :class:`Worker`, and every call into the object goes through 
 Cancellation. When the trio caller of :meth:`ThreadWorker.run` is cancelled (a
 deadline, Ctrl-C, the run's scope), it is released at once: the call is *abandoned*.
 Its thread stays occupied until the user code returns; the late result (or error) is
-dropped and logged. (During the synchronous window trio cannot deliver a cancel: a
-deadline fires at most ``sync_wait`` late in real time, and a signal handler that raises
-there abandons the call the same way.) While an abandoned call still runs, every new call on that worker
-fails at once with :class:`WorkerStuck`, naming the operation that is stuck and for
-how long. It never queues behind it (the hang may be forever), and it never starts a
-second thread (the object is in the middle of a call; touching it from another thread
-is what thread-affine code cannot take). When the stuck call returns, the worker
-serves calls again. Calls made while another call is *running* (not abandoned) wait
-their turn in order; if that call is then abandoned, they fail with
-:class:`WorkerStuck` too.
+dropped and logged. (Trio cannot deliver a cancel during the short synchronous wait: a
+deadline fires at most ``sync_wait`` late in real time, and a signal handler that
+raises there abandons the call the same way.)
+
+While an abandoned call still runs, every new call on that worker fails at once with
+:class:`WorkerStuck`, naming the operation that is stuck and for how long. It never
+queues behind it (the hang may be forever), and it never starts a second thread (the
+object is in the middle of a call; touching it from another thread is what
+thread-affine code cannot take). When the stuck call returns, the worker serves calls
+again. Calls made while another call is *running* (not abandoned) wait their turn in
+order; if that call is then abandoned, they fail with :class:`WorkerStuck` too.
 
 Closing (:meth:`Worker.aclose`) runs the object's close as the worker's last call, then
 lets the thread end. It never joins the thread: closing a worker whose call is stuck
@@ -75,6 +76,7 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+_E = TypeVar("_E", bound=BaseException)
 _log = logging.getLogger("trio_rlmesh.worker")
 
 UserCode = Literal["thread", "inline"]
@@ -93,7 +95,13 @@ def check_user_code(value: object) -> UserCode:
 
 
 class WorkerUnavailable(Exception):
-    """A call could not start on a worker (base of :class:`WorkerStuck`, :class:`WorkerClosed`)."""
+    """A call could not start on a worker (base of :class:`WorkerStuck`, :class:`WorkerClosed`).
+
+    Adapters turn it into their own error class with :meth:`as_error`.
+    """
+
+    code = "UNAVAILABLE"
+    """The wire error code name adapters report it with."""
 
     def __init__(self, message: str, *, worker: str, operation: str) -> None:
         super().__init__(message)
@@ -102,9 +110,17 @@ class WorkerUnavailable(Exception):
         self.operation = operation
         """The operation that was refused."""
 
+    def as_error(self, error_class: Callable[..., _E]) -> _E:
+        """This refusal as ``error_class`` (an ``EnvError``/``ModelError``), chained to it."""
+        error = error_class(str(self), recoverable=False, operation=self.operation, code=self.code)
+        error.__cause__ = self
+        return error
+
 
 class WorkerStuck(WorkerUnavailable):
     """An abandoned call still occupies the worker's thread, so nothing else can run there."""
+
+    code = "BUSY"
 
     def __init__(
         self, *, worker: str, operation: str, stuck_operation: str, stuck_for: float
@@ -124,6 +140,8 @@ class WorkerStuck(WorkerUnavailable):
 
 class WorkerClosed(WorkerUnavailable):
     """The worker was closed before (or while) the call waited for its turn."""
+
+    code = "CLOSED"
 
     def __init__(self, *, worker: str, operation: str) -> None:
         super().__init__(
