@@ -1,6 +1,6 @@
 """Side-by-side benchmark of trio-rlmesh and RLMesh 0.1.0 (``nox -s bench``).
 
-Usage: ``python bench/run.py [--quick] [--json PATH] [--only 1a,1b,2,3,4,w] [--no-profile]``.
+Usage: ``python bench/run.py [--quick] [--json PATH] [--only 1a,1b,2,3,4,4i,w] [--no-profile]``.
 ``BENCH_QUICK=1`` is the same as ``--quick`` (the whole run in well under a minute).
 
 Every scenario interleaves rounds of the two sides (A B, B A, A B, ...) after one
@@ -43,7 +43,7 @@ from bench_scenarios import (  # noqa: E402
     scenario_single_lane_server,
 )
 
-ALL_SCENARIOS = ("1a", "1b", "2", "3", "4", "w")
+ALL_SCENARIOS = ("1a", "1b", "2", "3", "4", "4i", "w")
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,17 @@ def run_all(
                     unprofiled_us_per_step=_us_per_step(result),
                 )
             )
+    if "4i" in scenarios:
+        _log("scenario 4i: in-process driver, user code inline, vs bare Gymnasium loop")
+        results.append(
+            scenario_inprocess(
+                rounds=sizes.rounds,
+                episodes=sizes.inprocess_episodes,
+                log=_log,
+                warmup=sizes.warmup,
+                user_code="inline",
+            )
+        )
     for result in results:
         note = _transport_note(result)
         if note:
@@ -250,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default=",".join(ALL_SCENARIOS),
-        help="comma-separated scenarios (1a,1b,2,3,4,w)",
+        help="comma-separated scenarios (1a,1b,2,3,4,4i,w)",
     )
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile runs")
     args = parser.parse_args(argv)
