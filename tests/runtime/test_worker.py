@@ -395,3 +395,18 @@ async def test_a_signal_raised_during_the_synchronous_wait_abandons_the_call() -
 def test_sync_wait_must_not_be_negative() -> None:
     with pytest.raises(ValueError, match="sync_wait must be >= 0"):
         ThreadWorker("m", sync_wait=-1)
+
+
+def test_a_refusal_becomes_the_adapters_error_class() -> None:
+    from trio_rlmesh import EnvError, ModelError
+
+    stuck = WorkerStuck(
+        worker="env X", operation="env.reset", stuck_operation="env.step", stuck_for=1
+    )
+    error = stuck.as_error(EnvError)
+    assert isinstance(error, EnvError)
+    assert (error.code, error.operation, error.recoverable) == ("BUSY", "env.reset", False)
+    assert error.message == str(stuck)
+    assert error.__cause__ is stuck
+    closed = WorkerClosed(worker="model M", operation="model.predict").as_error(ModelError)
+    assert (closed.code, closed.operation) == ("CLOSED", "model.predict")
