@@ -6,6 +6,10 @@ the in-process path from a remote one. A scalar env runs with autoreset DISABLED
 vector env with NEXT_STEP (Gymnasium's default), whose autoreset step starts the lane's
 next episode under the id the runtime pushes on that step.
 
+Old Gym API envs (``reset`` returning the observation alone, ``step`` returning
+``(obs, reward, done, info)``) are normalised as RLMesh's server does (see
+:mod:`trio_rlmesh.transports._gym_compat`).
+
 The env's own calls (reset, step, close) run on a worker thread of their own by default
 (``user_code="thread"``), one at a time and always on the same thread, so the driver's
 deadlines and the caller's cancellation can abandon a call that hangs. With
@@ -31,6 +35,7 @@ from ...runtime._interfaces import EndpointTimings, EnvResetResult, EnvStepResul
 from ...runtime._worker import UserCode, WorkerUnavailable, new_worker
 from ...spaces import _codec
 from ...spaces._gym import from_gymnasium
+from .._gym_compat import normalize_reset, normalize_step
 
 __all__ = ["GymEnvRuntimeEnv"]
 
@@ -118,6 +123,7 @@ class GymEnvRuntimeEnv:
         self.info: EnvContractInfo = read_env_contract(self.contract)
         self._lanes = [_Lane() for _ in range(self.num_envs)]
         self._worker = new_worker(user_code, f"env {self.info.env_id}")
+        self._reset_space = getattr(env, "observation_space", None)
 
     @property
     def user_code(self) -> UserCode:
@@ -158,8 +164,9 @@ class GymEnvRuntimeEnv:
         kwargs = self._reset_kwargs(request)
         decoded = time.perf_counter_ns()
         try:
-            obs, info = await self._worker.run(
-                "env.reset", functools.partial(self.env.reset, **kwargs)
+            obs, info = normalize_reset(
+                await self._worker.run("env.reset", functools.partial(self.env.reset, **kwargs)),
+                self._reset_space,
             )
         except WorkerUnavailable as exc:
             raise exc.as_error(EnvError) from exc
@@ -180,7 +187,7 @@ class GymEnvRuntimeEnv:
         kwargs = self._reset_kwargs(request)
         decoded = time.perf_counter_ns()
         try:
-            obs, info = self.env.reset(**kwargs)
+            obs, info = normalize_reset(self.env.reset(**kwargs), self._reset_space)
         except Exception as exc:
             raise self._reset_failed(exc) from exc
         return self._reset_result(request, obs, info, started, decoded)
@@ -237,8 +244,8 @@ class GymEnvRuntimeEnv:
         action = self._decode_action(request)
         decoded = time.perf_counter_ns()
         try:
-            obs, reward, terminated, truncated, info = await self._worker.run(
-                "env.step", self.env.step, action
+            obs, reward, terminated, truncated, info = normalize_step(
+                await self._worker.run("env.step", self.env.step, action), vector=self.vector
             )
         except WorkerUnavailable as exc:
             raise exc.as_error(EnvError) from exc
@@ -259,7 +266,9 @@ class GymEnvRuntimeEnv:
         action = self._decode_action(request)
         decoded = time.perf_counter_ns()
         try:
-            obs, reward, terminated, truncated, info = self.env.step(action)
+            obs, reward, terminated, truncated, info = normalize_step(
+                self.env.step(action), vector=self.vector
+            )
         except Exception as exc:
             raise self._step_failed(exc) from exc
         return self._step_result(
