@@ -175,3 +175,14 @@ async def test_once_the_hung_predict_returns_the_model_serves_again(
     await wait_until(lambda: engine._worker.stuck_operation is None)
     (result,) = await engine.predict_grouped([observation("e", [4])])
     assert not isinstance(result, Exception)
+
+
+async def test_load_can_be_run_up_front_on_the_worker_once() -> None:
+    model = Where()
+    engine = _engine(model)
+    await engine.load()
+    await engine.load()
+    assert [name for name, _ in model.calls] == ["load"]
+    assert model.calls[0][1] != threading.get_ident()
+    await _exercise(engine)
+    assert [name for name, _ in model.calls].count("load") == 1

@@ -210,7 +210,7 @@ class _EngineRoutes:
     ) -> RouteNeeds:
         engine = self._engine
         if not engine._loaded:
-            await engine._load()
+            await engine.load()
         return engine._resolve(env_id, contract, options)
 
     async def reset_adapter(self, env_id: str, episode_ids: Sequence[str]) -> None:
@@ -272,7 +272,7 @@ class ModelEngine:
         self, observations: list[ModelObservation]
     ) -> list[PredictFrames | Error]:
         if not self._loaded:
-            await self._load()
+            await self.load()
         try:
             return await self._worker.run("model.predict", self.predict_grouped_sync, observations)
         except WorkerUnavailable as exc:
@@ -280,7 +280,7 @@ class ModelEngine:
 
     async def reset_adapter(self, env_id: str, episode_ids: Sequence[str]) -> None:
         if not self._loaded:
-            await self._load()
+            await self.load()
         try:
             await self._worker.run(
                 "model.reset_adapter", self.reset_adapter_sync, env_id, list(episode_ids)
@@ -288,8 +288,13 @@ class ModelEngine:
         except WorkerUnavailable as exc:
             raise exc.as_error(ModelError) from exc
 
-    async def _load(self) -> None:
-        """Run the model's ``load`` once, on the worker, before the first call needing it."""
+    async def load(self) -> None:
+        """Run the model's ``load`` now, once, on its worker (a server calls this at startup).
+
+        Without it, the first call that needs the model (a route resolve, a predict)
+        loads it first. A failed load is remembered: every later call raises the same
+        :class:`~trio_rlmesh.ModelError` (operation ``model.load``).
+        """
         async with self._load_lock:
             if self._loaded:
                 return
@@ -299,7 +304,7 @@ class ModelEngine:
                 raise exc.as_error(ModelError) from exc
 
     def _load_sync(self) -> None:
-        """The body of :meth:`_load` (inline mode may also run it straight from a predict)."""
+        """The body of :meth:`load` (inline mode may also run it straight from a predict)."""
         if self._loaded:
             return
         if self._load_error is not None:
