@@ -410,3 +410,13 @@ def test_a_refusal_becomes_the_adapters_error_class() -> None:
     assert error.__cause__ is stuck
     closed = WorkerClosed(worker="model M", operation="model.predict").as_error(ModelError)
     assert (closed.code, closed.operation) == ("CLOSED", "model.predict")
+
+
+async def test_the_synchronous_wait_never_holds_up_a_task_that_is_ready_to_run() -> None:
+    worker = ThreadWorker("m", sync_wait=10.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.lowlevel.checkpoint)  # ready to run, not yet run
+        await worker.run("op", _ident)
+    assert worker.statistics().parked == 1
+    await worker.run("op", _ident)  # nothing else is ready: waits synchronously
+    assert worker.statistics().parked == 1

@@ -9,13 +9,13 @@ user object gets a :class:`Worker`, and every call into the object goes through 
 * :class:`ThreadWorker` (``user_code="thread"``, the default) owns one daemon thread
   for the object's whole life, so the object's calls run one at a time, in the order
   they were made, always on the same thread (many simulators are thread-affine). A
-  call is handed over with ``queue.SimpleQueue.put``. The caller then waits for it
-  *synchronously* for a short window (``sync_wait``, 250 µs by default): a quick call
-  (most env steps and predicts) comes back through a ``threading.Lock`` in two thread
-  switches. A call that outlasts the window parks the task, and the thread posts the
-  result back with ``TrioToken.run_sync_soon`` + ``trio.lowlevel.reschedule``. No
-  thread pool, no capacity limiter, no context copy. ``bench/bench_worker.py``
-  measures both paths against ``trio.to_thread.run_sync``.
+  call is handed over with ``queue.SimpleQueue.put``. When no other task is ready to
+  run, the caller then waits for it *synchronously* for a short window (``sync_wait``,
+  250 µs by default): a quick call (most env steps and predicts) comes back through a
+  ``threading.Lock`` in two thread switches. A call that outlasts the window parks the
+  task, and the thread posts the result back with ``TrioToken.run_sync_soon`` +
+  ``trio.lowlevel.reschedule``. No thread pool, no capacity limiter, no context copy.
+  ``bench/bench_worker.py`` measures both paths against ``trio.to_thread.run_sync``.
 * :class:`InlineWorker` (``user_code="inline"``) calls the object on the trio thread.
   It is the fastest path, and adapters may then offer synchronous fast paths
   (``step_inline`` ...), but nothing can interrupt a call that blocks.
@@ -359,8 +359,9 @@ class ThreadWorker(Worker):
             finish within it, and then the hand-off costs two thread switches instead
             of a full trip through trio's scheduler and wake-up socket (about half,
             see ``bench/bench_worker.py``). The loop stalls for at most this long per
-            call; a worker whose last call outlasted the window skips the wait until a
-            call is fast again. ``0`` always parks.
+            call, and only when no other task is ready to run; a worker whose last call
+            outlasted the window skips the wait until a call is fast again. ``0`` always
+            parks.
 
     Example::
 
@@ -412,8 +413,10 @@ class ThreadWorker(Worker):
         self._calls += 1
         if self._thread is None:
             self._start_thread()
-        if not self._fast:
-            job.claim.acquire()  # the thread will post the result back through trio
+        if not self._fast or trio.lowlevel.current_statistics().tasks_runnable:
+            # Park at once: the last call was slow, or other tasks are ready to run and
+            # blocking the loop would hold them up. The thread posts the result back.
+            job.claim.acquire()
             self._jobs.put(job)
         else:
             self._jobs.put(job)
