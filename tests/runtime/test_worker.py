@@ -348,7 +348,9 @@ async def test_quick_calls_are_handed_back_inside_the_synchronous_wait() -> None
 
 
 async def test_a_call_that_outlasts_the_wait_parks_and_the_next_quick_call_rearms_it() -> None:
-    worker = ThreadWorker("m", sync_wait=0.001)
+    # The window is long enough for a no-op on a loaded machine; the slow call is held
+    # by the gate, which only opens once its caller has parked.
+    worker = ThreadWorker("m", sync_wait=0.2)
     gate = threading.Event()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(worker.run, "slow", gate.wait)
@@ -363,11 +365,14 @@ async def test_a_call_that_outlasts_the_wait_parks_and_the_next_quick_call_rearm
 
 
 @pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="POSIX signals")
-async def test_a_signal_raised_during_the_synchronous_wait_abandons_the_call() -> None:
+async def test_a_signal_handler_raising_during_the_synchronous_wait_abandons_the_call() -> None:
     class Interrupted(Exception):
         pass
 
+    handled = threading.Event()
+
     def handler(signum: int, frame: Any) -> None:
+        handled.set()
         raise Interrupted
 
     main = threading.get_ident()
@@ -377,13 +382,20 @@ async def test_a_signal_raised_during_the_synchronous_wait_abandons_the_call() -
         with Hang() as hang:
 
             def interrupt_then_hang() -> None:
-                signal.pthread_kill(main, signal.SIGUSR1)
+                # A signal that lands before the caller blocks is only handled once the
+                # wait ends; one that lands while it blocks interrupts the wait. Repeat
+                # until the handler ran (each try is paced, not timed).
+                for _ in range(2000):
+                    signal.pthread_kill(main, signal.SIGUSR1)
+                    if handled.wait(0.005):
+                        break
                 hang.point()
 
             with pytest.raises(Interrupted):
                 await worker.run("env.step", interrupt_then_hang)
-            assert worker.stuck_operation == "env.step"
             assert worker.statistics().abandoned == 1
+            await wait_until(hang.entered.is_set)
+            assert worker.stuck_operation == "env.step"
             with pytest.raises(WorkerStuck):
                 await worker.run("env.reset", _ident)
         await wait_until(lambda: worker.stuck_operation is None)

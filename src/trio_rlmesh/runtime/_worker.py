@@ -24,8 +24,11 @@ Cancellation. When the trio caller of :meth:`ThreadWorker.run` is cancelled (a
 deadline, Ctrl-C, the run's scope), it is released at once: the call is *abandoned*.
 Its thread stays occupied until the user code returns; the late result (or error) is
 dropped and logged. (Trio cannot deliver a cancel during the short synchronous wait: a
-deadline fires at most ``sync_wait`` late in real time, and a signal handler that
-raises there abandons the call the same way.)
+deadline fires at most ``sync_wait`` late in real time. The thread worker's methods are
+protected from ``KeyboardInterrupt`` the way trio's own internals are, so Ctrl-C arrives
+at the caller's next checkpoint, at most ``sync_wait`` later, and never between handing a
+call over and taking it back; another signal handler that raises during the wait abandons
+the call.)
 
 While an abandoned call still runs, every new call on that worker fails at once with
 :class:`WorkerStuck`, naming the operation that is stuck and for how long. It never
@@ -395,6 +398,7 @@ class ThreadWorker(Worker):
             return current.operation
         return None
 
+    @trio.lowlevel.enable_ki_protection
     async def run(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
         if self._current is not None or self._waiters or self._closed:
             await self._wait_turn(operation)
@@ -450,6 +454,7 @@ class ThreadWorker(Worker):
                 self._next()
             raise
 
+    @trio.lowlevel.enable_ki_protection
     async def aclose(
         self, operation: str = "close", fn: Callable[..., object] | None = None, *args: Any
     ) -> None:
