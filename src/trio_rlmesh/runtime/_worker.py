@@ -364,7 +364,8 @@ class ThreadWorker(Worker):
             see ``bench/bench_worker.py``). The loop stalls for at most this long per
             call, and only when no other task is ready to run; a worker whose last call
             outlasted the window skips the wait until a call is fast again. ``0`` always
-            parks.
+            parks. (So :meth:`run` is always a cancel point, but a schedule point only
+            when it parks.)
 
     Example::
 
@@ -444,7 +445,8 @@ class ThreadWorker(Worker):
             job.done.acquire()
             return True
         except BaseException:
-            # A signal handler raised (KeyboardInterrupt) while we were blocked.
+            # A signal handler raised while we were blocked (not KeyboardInterrupt: run is
+            # KI-protected, so trio defers that to the next checkpoint).
             if job.claim.acquire(False):
                 job.abandoned_at = time.monotonic()
                 self._abandoned(job)
