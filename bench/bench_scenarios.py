@@ -117,10 +117,19 @@ def run_theirs(address: str, model: Any, *, episodes: int, seeds: Sequence[int] 
 # ----------------------------------------------------------------------------- in-process
 
 
-async def drive_inprocess(episodes: int, seeds: Sequence[int]) -> tuple[Any, float]:
-    """Our driver on a local CartPole: GymEnvRuntimeEnv + ModelHandlerRuntimeModel."""
-    env = GymEnvRuntimeEnv(bench_envs.make_cartpole())
-    model = ModelHandlerRuntimeModel(bench_policies.OursCartPole(), env.contract)
+async def drive_inprocess(
+    episodes: int, seeds: Sequence[int], user_code: str = "thread"
+) -> tuple[Any, float]:
+    """Our driver on a local CartPole: GymEnvRuntimeEnv + ModelHandlerRuntimeModel.
+
+    ``user_code`` is where the env's and the model's code run (both the same way).
+    """
+    env = GymEnvRuntimeEnv(bench_envs.make_cartpole(), user_code=user_code)
+    model = ModelHandlerRuntimeModel(
+        bench_policies.OursCartPole(),
+        env.contract,
+        user_code=user_code,
+    )
     options = RunLocalOptions(
         "inprocess://local", episode_seeds=tuple(seeds), max_episodes=episodes
     )
@@ -130,8 +139,8 @@ async def drive_inprocess(episodes: int, seeds: Sequence[int]) -> tuple[Any, flo
     return report, wall
 
 
-def run_ours_inprocess(*, episodes: int, seeds: Sequence[int]) -> Sample:
-    report, wall = trio.run(drive_inprocess, episodes, seeds)
+def run_ours_inprocess(*, episodes: int, seeds: Sequence[int], user_code: str = "thread") -> Sample:
+    report, wall = trio.run(drive_inprocess, episodes, seeds, user_code)
     if report.status != "completed":
         raise RuntimeError(f"in-process run ended {report.status}: {report.reason}")
     steps = report.total_steps
@@ -184,16 +193,27 @@ def run_bare_gymnasium(*, episodes: int, seeds: Sequence[int]) -> Sample:
 
 
 def scenario_inprocess(
-    *, rounds: int, episodes: int, log: Callable[[str], None] = print, warmup: bool = True
+    *,
+    rounds: int,
+    episodes: int,
+    log: Callable[[str], None] = print,
+    warmup: bool = True,
+    user_code: str = "thread",
 ) -> Comparison:
-    """4: our driver with in-process adapters vs a bare Gymnasium loop (no network)."""
+    """4 / 4i: our driver with in-process adapters vs a bare Gymnasium loop (no network).
+
+    Scenario 4 runs the env's and the model's code the default way, on their worker
+    threads (``user_code="thread"``); 4i runs them inline on the trio thread.
+    """
     seeds = list(range(episodes))
+    inline = user_code == "inline"
     result = interleave(
-        "4-inproc",
-        "in-process: RuntimeDriver + GymEnvRuntimeEnv + ModelHandlerRuntimeModel vs bare loop",
+        "4i-inproc-inline" if inline else "4-inproc",
+        "in-process: RuntimeDriver + GymEnvRuntimeEnv + ModelHandlerRuntimeModel "
+        f"(user_code={user_code!r}) vs bare loop",
         (
-            "ours: driver, in-process adapters",
-            lambda: run_ours_inprocess(episodes=episodes, seeds=seeds),
+            f"ours: in-process, user_code={user_code}",
+            lambda: run_ours_inprocess(episodes=episodes, seeds=seeds, user_code=user_code),
         ),
         ("bare gymnasium loop", lambda: run_bare_gymnasium(episodes=episodes, seeds=seeds)),
         rounds,

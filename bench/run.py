@@ -1,6 +1,6 @@
 """Side-by-side benchmark of trio-rlmesh and RLMesh 0.1.0 (``nox -s bench``).
 
-Usage: ``python bench/run.py [--quick] [--json PATH] [--only 1a,1b,2,3,4] [--no-profile]``.
+Usage: ``python bench/run.py [--quick] [--json PATH] [--only 1a,1b,2,3,4,4i,w] [--no-profile]``.
 ``BENCH_QUICK=1`` is the same as ``--quick`` (the whole run in well under a minute).
 
 Every scenario interleaves rounds of the two sides (A B, B A, A B, ...) after one
@@ -43,7 +43,7 @@ from bench_scenarios import (  # noqa: E402
     scenario_single_lane_server,
 )
 
-ALL_SCENARIOS = ("1a", "1b", "2", "3", "4")
+ALL_SCENARIOS = ("1a", "1b", "2", "3", "4", "4i", "w")
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,17 @@ def run_all(
                     unprofiled_us_per_step=_us_per_step(result),
                 )
             )
+    if "4i" in scenarios:
+        _log("scenario 4i: in-process driver, user code inline, vs bare Gymnasium loop")
+        results.append(
+            scenario_inprocess(
+                rounds=sizes.rounds,
+                episodes=sizes.inprocess_episodes,
+                log=_log,
+                warmup=sizes.warmup,
+                user_code="inline",
+            )
+        )
     for result in results:
         note = _transport_note(result)
         if note:
@@ -248,7 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (also BENCH_QUICK=1)")
     parser.add_argument("--json", type=Path, help="write every number to this file")
     parser.add_argument(
-        "--only", default=",".join(ALL_SCENARIOS), help="comma-separated scenarios (1a,1b,2,3,4)"
+        "--only",
+        default=",".join(ALL_SCENARIOS),
+        help="comma-separated scenarios (1a,1b,2,3,4,4i,w)",
     )
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile runs")
     args = parser.parse_args(argv)
@@ -270,6 +283,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     _log(header)
     started = time.perf_counter()
     results, profiles, skipped = run_all(sizes, scenarios, profile=not args.no_profile)
+    worker: dict[str, float] = {}
+    if "w" in scenarios:
+        _log("scenario w: user-code worker hand-off vs trio.to_thread")
+        from bench_worker import measure as measure_worker
+
+        worker = measure_worker(3000 if quick else 30000)
     components: dict[str, float] = {}
     if not args.no_profile:
         _log("component micro-timings")
@@ -293,6 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for breakdown in profiles:
         print()
         print(breakdown.format())
+    if worker:
+        from bench_worker import format_worker
+
+        print()
+        print(format_worker(worker))
     if components:
         from bench_components import format_components
 
@@ -309,6 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "results": [r.to_json_dict() for r in results],
             "profiles": [p.to_json_dict() for p in profiles],
             "components_us_per_call": components,
+            "worker_us_per_call": worker,
             "skipped": skipped,
             "elapsed_s": elapsed,
         }

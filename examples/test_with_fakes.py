@@ -8,6 +8,10 @@
 ``Discrete(2)``, and its delays and faults run on the trio clock. With pytest-trio's
 ``autojump_clock`` the clock jumps ahead whenever every task is waiting, so a 0.1 s delay
 costs no real time and time assertions are exact.
+
+The model runs inline (``user_code="inline"``). By default it would run on a worker
+thread, and a task waiting for a thread counts as waiting: the virtual clock could jump
+to the next deadline while the model is computing.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ class Alternate(Model):
 
 def driver_for(env: FakeEnv, **spec_fields) -> RuntimeDriver:
     """Wire the model to the fake env exactly as run_local would, minus the network."""
-    model = ModelHandlerRuntimeModel(Alternate(), env.contract)
+    model = ModelHandlerRuntimeModel(Alternate(), env.contract, user_code="inline")
     return RuntimeDriver(env.session_spec(**spec_fields), env, model)
 
 

@@ -36,9 +36,14 @@ def _check_side(side: object) -> None:
     assert 0 < side.p50_ms <= side.p95_ms  # type: ignore[attr-defined]
 
 
-def test_inprocess_scenario_runs_and_fills_the_table() -> None:
+@pytest.mark.parametrize(
+    ("user_code", "scenario"), [("thread", "4-inproc"), ("inline", "4i-inproc")]
+)
+def test_inprocess_scenario_runs_and_fills_the_table(user_code: str, scenario: str) -> None:
     bench = _load_bench()
-    result = bench.scenario_inprocess(rounds=1, episodes=1, log=lambda _: None, warmup=False)
+    result = bench.scenario_inprocess(
+        rounds=1, episodes=1, log=lambda _: None, warmup=False, user_code=user_code
+    )
     _check_side(result.ours)
     _check_side(result.theirs)
     assert result.ours.latency_source == "telemetry runner.round"
@@ -48,8 +53,18 @@ def test_inprocess_scenario_runs_and_fills_the_table() -> None:
     assert math.isfinite(result.ratio)
     assert result.ratio > 0
     table = bench.format_table([result])
-    assert "4-inproc" in table
+    assert scenario in table
     assert "ours/theirs" in table
+
+
+def test_worker_handoff_scenario_times_every_path() -> None:
+    _load_bench()
+    from bench_worker import PATHS, format_worker, measure
+
+    results = measure(reps=90, batches=3)
+    assert list(results) == list(PATHS)
+    assert all(us > 0 for us in results.values())
+    assert "trio.to_thread.run_sync" in format_worker(results)
 
 
 @pytest.mark.network

@@ -18,6 +18,7 @@ import trio
 
 from ._errors import SpecError
 from .protocol import WORKFLOW_EDITION
+from .runtime._worker import UserCode, check_user_code
 
 if TYPE_CHECKING:
     from .model import ModelHandler
@@ -31,6 +32,13 @@ HOST_INTERRUPT_REASON = "interrupted by the host (signal)"
 
 def _seeds(value: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
+
+
+def _user_code(value: str) -> UserCode:
+    try:
+        return check_user_code(value)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def _horizon(value: int) -> int:
@@ -80,6 +88,13 @@ class RunLocalOptions:
     session_id: str = "local"
     """Correlation label of the session; it is also an input of the ``base_seed`` law, so
     the same ``base_seed`` and ``session_id`` always derive the same reset seeds."""
+    user_code: UserCode = attrs.field(default="thread", converter=_user_code)
+    """Where the in-process model's code runs. ``"thread"``: on a worker thread of its
+    own, so ``limits.model_predict_timeout`` and cancellation (Ctrl-C) can abandon a
+    predict that hangs. ``"inline"``: on the trio thread, a thread hand-off (tens of µs)
+    cheaper per predict, but a blocking predict then freezes the event loop, no deadline
+    fires and Ctrl-C waits for it. A :class:`~trio_rlmesh.model.ModelHandler` passed to
+    :func:`run_local` as is keeps its own choice."""
 
 
 async def _run_session(
@@ -222,7 +237,7 @@ async def run_local(
     from .runtime._ids import mint_uuid7
     from .transports.inprocess import ModelHandlerRuntimeModel
 
-    model_handler = as_handler(handler)
+    model_handler = as_handler(handler, user_code=options.user_code)
     async with _connected_env(options) as (client, info):
         # The runtime is the env-id authority: the route resolves under the id the
         # session will use, before any step, as the served path does at ResolveAdapter.

@@ -10,13 +10,14 @@ from contextlib import contextmanager
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import trio
 
 import trio_rlmesh
 from trio_rlmesh import RunLocalOptions, SpecError, run_local
 from trio_rlmesh.model import RouteContract
-from trio_rlmesh.runtime import RuntimeDriver, StepCompleted
+from trio_rlmesh.runtime import RuntimeDriver, RuntimeLimits, StepCompleted
 from trio_rlmesh.spaces import Box, Discrete
 from trio_rlmesh.transports.grpc import serve_env
 
@@ -423,3 +424,57 @@ async def test_base_seed_derives_the_same_seeds_in_every_run() -> None:
     seeds = [episode.seed for episode in first.episodes]
     assert seeds == [episode.seed for episode in second.episodes]
     assert seeds[0] == deterministic_reset_seed(11, "local", 0, 0)
+
+
+class _Where:
+    """A CartPole policy that notes the thread each predict runs on."""
+
+    def __init__(self) -> None:
+        self.threads: set[int] = set()
+
+    def predict(self, observation: Any) -> Any:
+        self.threads.add(threading.get_ident())
+        return np.int64(lean(observation))
+
+
+@pytest.mark.parametrize("user_code", ["thread", "inline"])
+async def test_user_code_decides_where_the_models_predicts_run(user_code: str) -> None:
+    model = _Where()
+    with trio.fail_after(60):
+        async with serving(gym.make(CARTPOLE)) as address:
+            options = RunLocalOptions(
+                address, max_episodes=1, max_episode_steps=5, user_code=user_code
+            )
+            assert (await run_local(model, options)).status == "completed"
+    if user_code == "thread":
+        assert len(model.threads) == 1
+        assert model.threads != {threading.get_ident()}
+    else:
+        assert model.threads == {threading.get_ident()}
+
+
+async def test_the_predict_deadline_fires_for_a_local_model_that_hangs() -> None:
+    class Hangs:
+        def __init__(self) -> None:
+            self.release = threading.Event()
+
+        def predict(self, observation: Any) -> Any:
+            self.release.wait()
+            return np.int64(0)
+
+    model = Hangs()
+    limits = RuntimeLimits(model_predict_timeout=0.2)
+    try:
+        with trio.fail_after(30):
+            async with serving(gym.make(CARTPOLE)) as address:
+                with pytest.raises(trio_rlmesh.OperationTimeout) as info:
+                    await run_local(model, RunLocalOptions(address, max_episodes=1, limits=limits))
+    finally:
+        model.release.set()
+    assert info.value.operation == "model.predict"
+    assert info.value.report is not None
+
+
+def test_run_local_options_refuse_an_unknown_user_code() -> None:
+    with pytest.raises(SpecError, match="user_code must be 'thread' or 'inline'"):
+        RunLocalOptions("127.0.0.1:1", user_code="fast")  # type: ignore[arg-type]

@@ -70,6 +70,107 @@ class NullMetadata(gym.Wrapper[Any, Any, Any, Any]):
         self.metadata = {**env.metadata, "range": None, "tags": {"clip": None, "role": "pole"}}
 
 
+class OldGymEnv:
+    """The old Gym API (before Gym 0.26), deterministic from the reset seed.
+
+    ``reset`` returns the observation alone; ``step`` returns ``(obs, reward, done, info)``.
+    An episode of seed ``s`` lasts ``3 + s % 5`` steps; with an even seed it ends by the
+    time limit (``info["TimeLimit.truncated"]`` with ``done``), with an odd one by
+    termination. Step 1 always carries ``TimeLimit.truncated`` without ``done`` (which is
+    no episode end).
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium's convention
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(-100.0, 100.0, shape=(2,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.seed = 0
+        self.t = 0
+        self.position = 0.0
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self.seed = 0 if seed is None else int(seed)
+        self.t = 0
+        self.position = float(self.seed % 7)
+        return self._obs()
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t, self.position], dtype=np.float32)
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, dict[str, Any]]:
+        self.t += 1
+        self.position += 1.0 if int(action) == 1 else -1.0
+        done = self.t >= 3 + self.seed % 5
+        info: dict[str, Any] = {"t": self.t}
+        if done and self.seed % 2 == 0:
+            info["TimeLimit.truncated"] = True
+        elif self.t == 1:
+            info["TimeLimit.truncated"] = True  # without done: not an episode end
+        return self._obs(), float(self.position), done, info
+
+    def close(self) -> None:
+        pass
+
+
+class OldGymVectorEnv:
+    """``num_envs`` :class:`OldGymEnv` lanes stepped together, in the old Gym vector API.
+
+    ``reset`` returns the batched observation alone; ``step`` returns ``(obs, rewards,
+    dones, infos)`` with ``infos`` a dict holding the per-lane ``TimeLimit.truncated``
+    array and its ``_TimeLimit.truncated`` mask (Gym 0.24's layout). A lane that ended
+    autoresets on its next step (NEXT_STEP, declared in ``metadata``): that step returns
+    its fresh observation with reward 0 and is no episode step.
+    """
+
+    def __init__(self, num_envs: int = 3) -> None:
+        self.num_envs = num_envs
+        self.lanes = [OldGymEnv() for _ in range(num_envs)]
+        self.single_observation_space = self.lanes[0].observation_space
+        self.single_action_space = self.lanes[0].action_space
+        self.observation_space = spaces.Box(-100.0, 100.0, shape=(num_envs, 2), dtype=np.float32)
+        self.action_space = spaces.MultiDiscrete([2] * num_envs)
+        self.metadata: dict[str, Any] = {"autoreset_mode": "NextStep"}
+        self.pending = [False] * num_envs
+
+    def reset(self, seed: int | list[int] | None = None, options: Any = None) -> np.ndarray:
+        if seed is None:
+            seeds: list[int | None] = [None] * self.num_envs
+        elif isinstance(seed, int):
+            seeds = [seed + index for index in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+        self.pending = [False] * self.num_envs
+        return np.stack([lane.reset(s) for lane, s in zip(self.lanes, seeds, strict=True)])
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        observations, rewards, dones, limited = [], [], [], []
+        for index, (lane, action) in enumerate(zip(self.lanes, actions, strict=True)):
+            if self.pending[index]:
+                observations.append(lane.reset(lane.seed + self.num_envs))
+                rewards.append(0.0)
+                dones.append(False)
+                limited.append(False)
+                self.pending[index] = False
+                continue
+            obs, reward, done, info = lane.step(action)
+            observations.append(obs)
+            rewards.append(reward)
+            dones.append(done)
+            limited.append(bool(done and info.get("TimeLimit.truncated", False)))
+            self.pending[index] = done
+        mask = np.array(limited)
+        return (
+            np.stack(observations),
+            np.array(rewards),
+            np.array(dones),
+            {"TimeLimit.truncated": mask, "_TimeLimit.truncated": mask.copy()},
+        )
+
+    def close(self) -> None:
+        pass
+
+
 def build(kind: str) -> Any:
     """The env (or list of lane envs) named ``kind``."""
     if kind == "cartpole":
@@ -87,4 +188,8 @@ def build(kind: str) -> Any:
         return NullMetadata(gym.make("CartPole-v1"))
     if kind == "lanes4":
         return [gym.make("CartPole-v1") for _ in range(4)]
+    if kind == "oldgym":
+        return OldGymEnv()
+    if kind == "oldgym_vector3":
+        return OldGymVectorEnv(3)
     raise ValueError(f"unknown env kind {kind!r}")

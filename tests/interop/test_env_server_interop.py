@@ -117,7 +117,7 @@ def _rollout_vector(address: str, seed: int, steps: int) -> list[Any]:
     return trajectory
 
 
-@pytest.mark.parametrize("kind", ["cartpole", "pendulum", "nested"])
+@pytest.mark.parametrize("kind", ["cartpole", "pendulum", "nested", "oldgym"])
 async def test_remote_env_same_trajectory(kind: str) -> None:
     results = {}
     for name, server in SERVERS.items():
@@ -127,11 +127,12 @@ async def test_remote_env_same_trajectory(kind: str) -> None:
     _assert_same(results["ours"], results["rlmesh"])
 
 
-async def test_remote_vector_env_next_step_same_trajectory() -> None:
+@pytest.mark.parametrize("kind", ["vector4", "oldgym_vector3"])
+async def test_remote_vector_env_next_step_same_trajectory(kind: str) -> None:
     results = {}
     for name, server in SERVERS.items():
         with trio.fail_after(120):
-            async with server("vector4") as address:
+            async with server(kind) as address:
                 results[name] = await trio.to_thread.run_sync(_rollout_vector, address, 3, 80)
     _assert_same(results["ours"], results["rlmesh"])
     # Some lane finished within 80 steps, so the NEXT_STEP roll was exercised.

@@ -473,19 +473,3 @@ async def test_close_runs_once() -> None:
     await engine.close()
     await engine.close()
     assert closes == [1]
-
-
-async def test_offload_runs_the_model_in_a_worker_thread() -> None:
-    import threading
-
-    threads: list[int] = []
-
-    class Where(Model):
-        def predict(self, observation: Any) -> Any:
-            threads.append(threading.get_ident())
-            return observation
-
-    handler = as_handler(Where(), offload=True)
-    await handler.predict_grouped([observation("e", [1])])
-    assert threads
-    assert threads[0] != threading.get_ident()

@@ -25,6 +25,12 @@ Theory of operation. One grouped predict is handled in three steps:
 A failure is the group's own :class:`~trio_rlmesh.ModelError`, naming the model, the env
 and (when known) the lane, with ``recoverable`` kept from a raised
 :class:`~trio_rlmesh.Error`. A fused failure is reported to every group of its forward.
+
+Where the model's code runs. Every call into the model object (``load``, the predict
+corners, ``on_episode_end``, ``close``) goes through one worker
+(:mod:`trio_rlmesh.runtime._worker`): by default its own thread, so a deadline or a
+cancel can abandon a call that hangs; with ``user_code="inline"`` on the trio thread.
+``load`` runs once, on the worker, before the first call that needs the model.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import attrs
 import trio
 
 from .._errors import Error, ModelError
+from ..runtime._worker import UserCode, WorkerUnavailable, check_user_code, new_worker
 from ..spaces._spaces import Space
 from ._corners import Corner, Corners, find_corners
 from ._episodes import EpisodeStore, PredictContext
@@ -66,27 +73,56 @@ __all__ = ["ModelEngine", "as_handler"]
 _log = logging.getLogger("trio_rlmesh.model")
 
 
-def as_handler(model: object, *, name: str | None = None, offload: bool = False) -> ModelHandler:
+def as_handler(
+    model: object,
+    *,
+    name: str | None = None,
+    user_code: UserCode | None = None,
+    offload: bool | None = None,
+) -> ModelHandler:
     """Serve ``model`` as a :class:`ModelHandler`.
 
     Args:
         model: a :class:`Model` (instance or subclass, instantiated without arguments),
             any object with a ``predict`` method and optionally the other corners,
             ``load``, ``on_episode_end``, ``close``, ``native_chunk`` and
-            ``allow_fusion``, or an object that already is a handler (returned as is).
+            ``allow_fusion``, or an object that already is a handler (returned as is;
+            ``user_code`` does not apply to it).
         name: how errors name the model (default: its class name).
-        offload: run the model's code in a worker thread (``trio.to_thread``) so a slow
-            forward does not stall the event loop. Off by default: the in-process path
-            is faster inline.
+        user_code: where the model's code runs. ``"thread"`` (the default): on a worker
+            thread of its own, one call at a time, so deadlines
+            (``RuntimeLimits.model_predict_timeout``) and cancellation (Ctrl-C) can
+            abandon a call that hangs. ``"inline"``: on the trio thread, which saves a
+            thread hand-off per call (tens of µs) but lets a blocking call freeze the
+            event loop: no deadline fires and Ctrl-C waits until it returns.
+        offload: the older spelling: ``True`` is ``user_code="thread"``, ``False`` is
+            ``"inline"``.
 
     Raises:
         TypeError: the object has no predict corner.
+        ValueError: an unknown ``user_code``, or one that contradicts ``offload``.
+
+    Example:
+        >>> class Policy:
+        ...     def predict(self, observation):
+        ...         return observation
+        >>> as_handler(Policy(), user_code="inline").user_code
+        'inline'
     """
     if isinstance(model, type):
         model = model()
     if not isinstance(model, Model) and callable(getattr(model, "predict_grouped", None)):
         return model  # type: ignore[return-value]
-    return ModelEngine(model, name=name, offload=offload)
+    return ModelEngine(model, name=name, user_code=user_code, offload=offload)
+
+
+def _user_code(user_code: UserCode | None, offload: bool | None) -> UserCode:
+    if offload is None:
+        return "thread" if user_code is None else check_user_code(user_code)
+    implied: UserCode = "thread" if offload else "inline"
+    if user_code is not None and check_user_code(user_code) != implied:
+        raise ValueError(f"offload={offload} contradicts user_code={user_code!r}; pass one")
+    return implied
 
 
 def _model_name(model: object) -> str:
@@ -172,7 +208,10 @@ class _EngineRoutes:
     async def resolve_adapter(
         self, env_id: str, contract: RouteContract, options: ResolveOptions
     ) -> RouteNeeds:
-        return self._engine._resolve(env_id, contract, options)
+        engine = self._engine
+        if not engine._loaded:
+            await engine.load()
+        return engine._resolve(env_id, contract, options)
 
     async def reset_adapter(self, env_id: str, episode_ids: Sequence[str]) -> None:
         # The engine keeps no route-level frame buffers; episode state lives in the
@@ -184,12 +223,24 @@ class _EngineRoutes:
 
 
 class ModelEngine:
-    """The handler :func:`as_handler` builds around a model object."""
+    """The handler :func:`as_handler` builds around a model object (same arguments)."""
 
-    def __init__(self, model: object, *, name: str | None = None, offload: bool = False) -> None:
+    def __init__(
+        self,
+        model: object,
+        *,
+        name: str | None = None,
+        user_code: UserCode | None = None,
+        offload: bool | None = None,
+    ) -> None:
         self.model = model
         self.name = name or _model_name(model)
-        self.offload = offload
+        self.user_code: UserCode = _user_code(user_code, offload)
+        """Where the model's code runs: ``"thread"`` or ``"inline"``."""
+        self._worker = new_worker(self.user_code, f"model {self.name!r}")
+        self._loaded = False
+        self._load_lock = trio.Lock()
+        self._load_error: ModelError | None = None
         self._corners: Corners = find_corners(model)
         self._routes: dict[str, _Route] = {}
         self._store = EpisodeStore(_episode_end_hook(model))
@@ -202,11 +253,17 @@ class ModelEngine:
                 f"{self.name} declares native_chunk but defines no predict_chunk() or "
                 "predict_chunk_batch(); add a chunk corner or drop native_chunk"
             )
-        load = getattr(model, "load", None)
-        if callable(load):
-            load()
 
     # ------------------------------------------------------------------ handler surface
+
+    @property
+    def runs_inline(self) -> bool:
+        """Whether a synchronous :meth:`predict_grouped_sync` may stand in for a predict now.
+
+        True only in ``user_code="inline"`` mode while the engine is open: the in-process
+        adapter then skips the await.
+        """
+        return self.user_code == "inline" and not self._closed
 
     def route_setup(self) -> RouteSetup:
         return self._route_setup
@@ -214,15 +271,56 @@ class ModelEngine:
     async def predict_grouped(
         self, observations: list[ModelObservation]
     ) -> list[PredictFrames | Error]:
-        if self.offload:
-            return await trio.to_thread.run_sync(self.predict_grouped_sync, observations)
-        return self.predict_grouped_sync(observations)
+        if not self._loaded:
+            await self.load()
+        try:
+            return await self._worker.run("model.predict", self.predict_grouped_sync, observations)
+        except WorkerUnavailable as exc:
+            raise exc.as_error(ModelError) from exc
 
     async def reset_adapter(self, env_id: str, episode_ids: Sequence[str]) -> None:
-        if self.offload:
-            await trio.to_thread.run_sync(self.reset_adapter_sync, env_id, list(episode_ids))
-        else:
-            self.reset_adapter_sync(env_id, episode_ids)
+        if not self._loaded:
+            await self.load()
+        try:
+            await self._worker.run(
+                "model.reset_adapter", self.reset_adapter_sync, env_id, list(episode_ids)
+            )
+        except WorkerUnavailable as exc:
+            raise exc.as_error(ModelError) from exc
+
+    async def load(self) -> None:
+        """Run the model's ``load`` now, once, on its worker (a server calls this at startup).
+
+        Without it, the first call that needs the model (a route resolve, a predict)
+        loads it first. A failed load is remembered: every later call raises the same
+        :class:`~trio_rlmesh.ModelError` (operation ``model.load``).
+        """
+        async with self._load_lock:
+            if self._loaded:
+                return
+            try:
+                await self._worker.run("model.load", self._load_sync)
+            except WorkerUnavailable as exc:
+                raise exc.as_error(ModelError) from exc
+
+    def _load_sync(self) -> None:
+        """The body of :meth:`load` (inline mode may also run it straight from a predict)."""
+        if self._loaded:
+            return
+        if self._load_error is not None:
+            raise self._load_error
+        load = getattr(self.model, "load", None)
+        if callable(load):
+            try:
+                load()
+            except Exception as exc:
+                self._load_error = ModelError(
+                    f"model {self.name!r} failed to load: {type(exc).__name__}: {exc}",
+                    operation="model.load",
+                    code="INTERNAL",
+                )
+                raise self._load_error from exc
+        self._loaded = True
 
     def take_adapter_ns(self) -> int:
         taken, self._adapter_ns = self._adapter_ns, 0
@@ -232,17 +330,23 @@ class ModelEngine:
         return HeldState(episodes=len(self._store), bytes=self._store.held_bytes())
 
     async def close(self) -> None:
+        """Run the model's ``close`` once, as the worker's last call.
+
+        Closing never waits for user code that does not return: when an abandoned call
+        (a hung predict) still occupies the model, its ``close`` is skipped and a warning
+        is logged. Bound the call with a cancel scope of your own: a ``close`` that
+        hangs is abandoned like any call.
+        """
         if self._closed:
             return
         self._closed = True
         self._store.clear()
         self._routes.clear()
         close = getattr(self.model, "close", None)
-        if callable(close):
-            if self.offload:
-                await trio.to_thread.run_sync(close)
-            else:
-                close()
+        try:
+            await self._worker.aclose("model.close", close if callable(close) else None)
+        except WorkerUnavailable as exc:
+            _log.warning("%s; its close() was skipped", exc)
 
     # ------------------------------------------------------------------ routes
 
@@ -309,6 +413,8 @@ class ModelEngine:
         self, observations: Sequence[ModelObservation]
     ) -> list[PredictFrames | Error]:
         """The synchronous body of :meth:`predict_grouped` (what a worker thread runs)."""
+        if not self._loaded:
+            self._load_sync()
         started = time.perf_counter_ns()
         self._user_ns = 0
         if len(observations) == 1:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import gymnasium
 import numpy as np
+import pytest
 
+from trio_rlmesh import EnvError
 from trio_rlmesh.protocol import core_v1, env_v1, meta_to_python, spaces_v1
 from trio_rlmesh.runtime._interfaces import RuntimeEnv
+from trio_rlmesh.runtime._worker import UserCode
 from trio_rlmesh.spaces import decode_batch, encode_batch
 from trio_rlmesh.transports.inprocess import GymEnvRuntimeEnv
 
@@ -83,15 +87,41 @@ async def test_vector_env_uses_next_step_and_adopts_the_pushed_id() -> None:
     ]
 
 
-async def test_threaded_mode_and_close() -> None:
-    closed: list[bool] = []
+@pytest.mark.parametrize("user_code", ["thread", "inline"])
+async def test_every_env_call_runs_where_user_code_says_and_close_runs_once(
+    user_code: UserCode,
+) -> None:
+    threads: list[int] = []
 
-    class Closing(Countdown):
+    class Where(Countdown):
+        def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+            threads.append(threading.get_ident())
+            return super().reset(seed=seed, options=options)
+
+        def step(self, action: Any) -> Any:
+            threads.append(threading.get_ident())
+            return super().step(action)
+
         def close(self) -> None:
-            closed.append(True)
+            threads.append(threading.get_ident())
 
-    env = GymEnvRuntimeEnv(Closing(), threaded=True)
+    env = GymEnvRuntimeEnv(Where(), user_code=user_code)
     await env.reset(env_v1.ResetRequest())
     await env.step(_step_request(env, [0], [""]))
     await env.close(1.0)
-    assert closed == [True]
+    await env.close(1.0)
+    assert len(threads) == 3
+    if user_code == "thread":
+        # One dedicated thread for every call of this env, not the trio thread.
+        assert len(set(threads)) == 1
+        assert threads[0] != threading.get_ident()
+    else:
+        assert set(threads) == {threading.get_ident()}
+    with pytest.raises(EnvError, match=r"env\.step cannot run: the object was closed"):
+        await env.step(_step_request(env, [0], [""]))
+
+
+def test_user_code_defaults_to_thread_and_rejects_unknown_modes() -> None:
+    assert GymEnvRuntimeEnv(Countdown()).user_code == "thread"
+    with pytest.raises(ValueError, match="user_code must be 'thread' or 'inline'"):
+        GymEnvRuntimeEnv(Countdown(), user_code="fast")  # type: ignore[arg-type]

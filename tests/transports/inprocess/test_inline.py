@@ -35,7 +35,8 @@ def _same_answer(a: Any, b: Any) -> None:
 
 
 async def test_env_inline_reset_and_step_match_the_awaited_calls() -> None:
-    awaited, inline = GymEnvRuntimeEnv(Countdown()), GymEnvRuntimeEnv(Countdown())
+    awaited = GymEnvRuntimeEnv(Countdown(), user_code="inline")
+    inline = GymEnvRuntimeEnv(Countdown(), user_code="inline")
     reset = env_v1.ResetRequest(seeds=[3], episode_ids=["ep"])
     inline_reset = inline.reset_inline(reset)
     assert isinstance(inline_reset, EnvResetResult)
@@ -50,7 +51,7 @@ async def test_env_inline_reset_and_step_match_the_awaited_calls() -> None:
 
 
 async def test_env_inline_errors_match_the_awaited_calls() -> None:
-    env = GymEnvRuntimeEnv(Countdown())
+    env = GymEnvRuntimeEnv(Countdown(), user_code="inline")
     bad = _step(env, 1)
     assert bad.action is not None
     bad.action.leaves = [b"\x05" + b"\x00" * 7]  # Discrete(2) does not hold 5
@@ -65,7 +66,7 @@ async def test_env_inline_errors_match_the_awaited_calls() -> None:
         def step(self, action: Any) -> Any:
             return (np.zeros(1, np.float32), 1.0)  # not a 5-tuple
 
-    broken = GymEnvRuntimeEnv(Broken())
+    broken = GymEnvRuntimeEnv(Broken(), user_code="inline")
     with pytest.raises(EnvError) as awaited:
         await broken.step(_step(broken, 1))
     with pytest.raises(EnvError) as inline:
@@ -74,20 +75,26 @@ async def test_env_inline_errors_match_the_awaited_calls() -> None:
     assert "step raised ValueError" in inline.value.message
 
 
-async def test_env_inline_declines_when_threaded_or_replaced() -> None:
-    threaded = GymEnvRuntimeEnv(Countdown(), threaded=True)
+async def test_env_inline_declines_in_thread_mode_when_closed_or_replaced() -> None:
+    # The default mode runs the env on its worker thread: never synchronously.
+    threaded = GymEnvRuntimeEnv(Countdown())
+    assert threaded.user_code == "thread"
     assert threaded.reset_inline(env_v1.ResetRequest(episode_ids=["ep"])) is None
     assert threaded.step_inline(_step(threaded, 1)) is None
+
+    closed = GymEnvRuntimeEnv(Countdown(), user_code="inline")
+    await closed.close(1.0)
+    assert closed.reset_inline(env_v1.ResetRequest(episode_ids=["ep"])) is None
 
     class Custom(GymEnvRuntimeEnv):
         async def step(self, request: env_v1.StepRequest) -> EnvStepResult:
             return await super().step(request)
 
-    custom = Custom(Countdown())
+    custom = Custom(Countdown(), user_code="inline")
     assert custom.step_inline(_step(custom, 1)) is None
     assert custom.reset_inline(env_v1.ResetRequest(episode_ids=["ep"])) is not None
 
-    patched = GymEnvRuntimeEnv(Countdown())
+    patched = GymEnvRuntimeEnv(Countdown(), user_code="inline")
     patched.reset = patched.reset  # type: ignore[method-assign]
     assert patched.reset_inline(env_v1.ResetRequest(episode_ids=["ep"])) is None
 
@@ -108,7 +115,7 @@ class Picks(Model):
 
 
 async def test_model_inline_predict_matches_predict() -> None:
-    model = ModelHandlerRuntimeModel(Halve(), BOX_ROUTE)
+    model = ModelHandlerRuntimeModel(Halve(), BOX_ROUTE, user_code="inline")
     request = predict_request("env-1", [4.0])
     inline = model.predict_inline(request)
     assert inline is not None
@@ -125,7 +132,7 @@ async def test_model_inline_predict_matches_predict() -> None:
     ids=["domain", "dtype", "text", "shape", "raise"],
 )
 async def test_model_inline_errors_match_predict(action: Any) -> None:
-    model = ModelHandlerRuntimeModel(Picks(action), DISCRETE_ROUTE)
+    model = ModelHandlerRuntimeModel(Picks(action), DISCRETE_ROUTE, user_code="inline")
     request = predict_request("env-7", [1.0])
     with pytest.raises(ModelError) as awaited:
         await model.predict(request)
@@ -137,10 +144,18 @@ async def test_model_inline_errors_match_predict(action: Any) -> None:
 
 async def test_model_inline_declines_when_it_cannot_answer_synchronously() -> None:
     request = predict_request("e", [1.0])
-    offloaded = ModelHandlerRuntimeModel(as_handler(Halve(), offload=True), BOX_ROUTE)
-    assert offloaded.predict_inline(request) is None
+    # The default mode runs the model on its worker thread: never synchronously.
+    assert ModelHandlerRuntimeModel(Halve(), BOX_ROUTE).predict_inline(request) is None
+    threaded = ModelHandlerRuntimeModel(as_handler(Halve(), user_code="thread"), BOX_ROUTE)
+    assert threaded.predict_inline(request) is None
+    legacy = ModelHandlerRuntimeModel(as_handler(Halve(), offload=True), BOX_ROUTE)
+    assert legacy.predict_inline(request) is None
 
-    busy = ModelHandlerRuntimeModel(Halve(), BOX_ROUTE)
+    closed = ModelHandlerRuntimeModel(Halve(), BOX_ROUTE, user_code="inline")
+    await closed.aclose()
+    assert closed.predict_inline(request) is None
+
+    busy = ModelHandlerRuntimeModel(Halve(), BOX_ROUTE, user_code="inline")
     async with busy._lock:  # an eviction in progress
         assert busy.predict_inline(request) is None
     assert busy.predict_inline(request) is not None
@@ -150,4 +165,4 @@ async def test_model_inline_declines_when_it_cannot_answer_synchronously() -> No
             await trio.lowlevel.checkpoint()
             return await super().predict(request)
 
-    assert Custom(Halve(), BOX_ROUTE).predict_inline(request) is None
+    assert Custom(Halve(), BOX_ROUTE, user_code="inline").predict_inline(request) is None

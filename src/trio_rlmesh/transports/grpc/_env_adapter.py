@@ -51,6 +51,7 @@ from ...spaces import (
     stack_lanes,
     unstack,
 )
+from .._gym_compat import normalize_reset, normalize_step
 
 __all__ = [
     "INTERRUPTED_BUFFER",
@@ -507,8 +508,11 @@ class LaneBackend(EnvBackend):
         kwargs: dict[str, Any] = {"seed": seed}
         if options is not None:
             kwargs["options"] = options
+        env = self.envs[lane]
         try:
-            observation, info = self.envs[lane].reset(**kwargs)
+            observation, info = normalize_reset(
+                env.reset(**kwargs), getattr(env, "observation_space", None)
+            )
         except Exception as exc:
             raise _user_failure("env.reset", exc) from exc
         return LaneResult(observation, _as_info(info), time.perf_counter_ns() - started, started)
@@ -516,7 +520,9 @@ class LaneBackend(EnvBackend):
     def step_call(self, lane: int, action: Any) -> LaneResult:
         started = time.perf_counter_ns()
         try:
-            observation, reward, terminated, truncated, info = self.envs[lane].step(action)
+            observation, reward, terminated, truncated, info = normalize_step(
+                self.envs[lane].step(action), vector=False
+            )
         except Exception as exc:
             raise _user_failure("env.step", exc) from exc
         return LaneResult(
@@ -570,7 +576,9 @@ class VectorBackend(EnvBackend):
         if options is not None:
             kwargs["options"] = options
         try:
-            observation, info = self.env.reset(**kwargs)
+            observation, info = normalize_reset(
+                self.env.reset(**kwargs), getattr(self.env, "observation_space", None)
+            )
         except Exception as exc:
             raise _user_failure("env.reset", exc) from exc
         return observation, _as_info(info), time.perf_counter_ns() - started
@@ -578,7 +586,9 @@ class VectorBackend(EnvBackend):
     def step_call(self, actions: Any) -> tuple[Any, Any, Any, Any, Mapping[str, Any], int]:
         started = time.perf_counter_ns()
         try:
-            observation, rewards, terminated, truncated, info = self.env.step(actions)
+            observation, rewards, terminated, truncated, info = normalize_step(
+                self.env.step(actions), vector=True
+            )
         except Exception as exc:
             raise _user_failure("env.step", exc) from exc
         return (

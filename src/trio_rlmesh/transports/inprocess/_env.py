@@ -6,16 +6,23 @@ the in-process path from a remote one. A scalar env runs with autoreset DISABLED
 vector env with NEXT_STEP (Gymnasium's default), whose autoreset step starts the lane's
 next episode under the id the runtime pushes on that step.
 
-The env's own calls run inline on the trio thread by default: a Gymnasium step is
-usually a few microseconds, far less than a thread hand-off. Pass ``threaded=True`` for
-envs whose steps block for long (a simulator, a robot), so the event loop stays live.
+Old Gym API envs (``reset`` returning the observation alone, ``step`` returning
+``(obs, reward, done, info)``) are normalised as RLMesh's server does (see
+:mod:`trio_rlmesh.transports._gym_compat`).
+
+The env's own calls (reset, step, close) run on a worker thread of their own by default
+(``user_code="thread"``), one at a time and always on the same thread, so the driver's
+deadlines and the caller's cancellation can abandon a call that hangs. With
+``user_code="inline"`` they run on the trio thread: a hand-off fewer per call, but a
+blocking step then blocks the event loop and no deadline can interrupt it.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 import numpy as np
@@ -25,12 +32,12 @@ from ..._errors import EnvError, Error
 from ...protocol import core_v1, env_v1, meta_to_python, python_to_meta, spaces_v1
 from ...protocol._spacespec import EnvContractInfo, make_env_contract, read_env_contract
 from ...runtime._interfaces import EndpointTimings, EnvResetResult, EnvStepResult
+from ...runtime._worker import UserCode, WorkerUnavailable, new_worker
 from ...spaces import _codec
 from ...spaces._gym import from_gymnasium
+from .._gym_compat import normalize_reset, normalize_step
 
 __all__ = ["GymEnvRuntimeEnv"]
-
-_T = TypeVar("_T")
 
 
 @attrs.define
@@ -78,17 +85,26 @@ class GymEnvRuntimeEnv:
 
     Args:
         env: the env; a vector env is recognised by ``single_observation_space``.
-        threaded: run ``reset``/``step``/``close`` in a worker thread.
+        user_code: where the env's ``reset``/``step``/``close`` run: ``"thread"`` (the
+            default), on a worker thread of the env's own, where a deadline or a cancel
+            can abandon a call that hangs; or ``"inline"``, on the trio thread, which
+            saves a thread hand-off per call but lets a blocking call freeze the event
+            loop (no deadline fires, Ctrl-C waits for it).
         env_name: the contract's env id (default: ``env.spec.id`` or ``"UnknownEnv-v1"``).
 
     Attributes:
         contract: the ``EnvContract`` a served env would return at handshake.
         info: the same, decoded.
+
+    After a call was abandoned (its deadline passed) while the env still runs it, every
+    later call fails at once with an :class:`~trio_rlmesh.EnvError` (code ``BUSY``)
+    naming the stuck operation, and :meth:`close` skips the env's ``close``.
     """
 
-    def __init__(self, env: Any, *, threaded: bool = False, env_name: str | None = None) -> None:
+    def __init__(
+        self, env: Any, *, user_code: UserCode = "thread", env_name: str | None = None
+    ) -> None:
         self.env = env
-        self.threaded = threaded
         self.vector = hasattr(env, "single_observation_space")
         self.num_envs = int(getattr(env, "num_envs", 1)) if self.vector else 1
         obs_space = env.single_observation_space if self.vector else env.observation_space
@@ -106,20 +122,25 @@ class GymEnvRuntimeEnv:
         )
         self.info: EnvContractInfo = read_env_contract(self.contract)
         self._lanes = [_Lane() for _ in range(self.num_envs)]
+        self._worker = new_worker(user_code, f"env {self.info.env_id}")
+        self._reset_space = getattr(env, "observation_space", None)
 
-    async def _call(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
-        if self.threaded:
-            return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
-        return fn(*args, **kwargs)
+    @property
+    def user_code(self) -> UserCode:
+        """Where the env's calls run: ``"thread"`` or ``"inline"``."""
+        return self._worker.user_code
 
     def _runs_inline(self, method: str) -> bool:
         """Whether ``method`` may be served by its synchronous form.
 
-        Not when threaded, and not when a subclass (or a patch on this instance) replaced
-        the async method: the driver must then go through the replacement.
+        Only in inline mode, while open, and not when a subclass (or a patch on this
+        instance) replaced the async method: the driver must then go through the
+        replacement.
         """
+        worker = self._worker
         return (
-            not self.threaded
+            worker.user_code == "inline"
+            and not worker.closed
             and method not in self.__dict__
             and getattr(type(self), method) is getattr(GymEnvRuntimeEnv, method)
         )
@@ -143,7 +164,12 @@ class GymEnvRuntimeEnv:
         kwargs = self._reset_kwargs(request)
         decoded = time.perf_counter_ns()
         try:
-            obs, info = await self._call(self.env.reset, **kwargs)
+            obs, info = normalize_reset(
+                await self._worker.run("env.reset", functools.partial(self.env.reset, **kwargs)),
+                self._reset_space,
+            )
+        except WorkerUnavailable as exc:
+            raise exc.as_error(EnvError) from exc
         except Exception as exc:
             raise self._reset_failed(exc) from exc
         return self._reset_result(request, obs, info, started, decoded)
@@ -151,8 +177,9 @@ class GymEnvRuntimeEnv:
     def reset_inline(self, request: env_v1.ResetRequest) -> EnvResetResult | None:
         """:meth:`reset` without the event loop, or ``None`` when it must be awaited.
 
-        The runtime driver calls this first: an unthreaded reset never yields, so it can
-        skip the cancel scope an awaited call needs.
+        The runtime driver calls this first: an inline reset never yields, so it can
+        skip the cancel scope an awaited call needs. Only in ``user_code="inline"``
+        mode; otherwise the reset must run where a deadline can abandon it.
         """
         if not self._runs_inline("reset"):
             return None
@@ -160,7 +187,7 @@ class GymEnvRuntimeEnv:
         kwargs = self._reset_kwargs(request)
         decoded = time.perf_counter_ns()
         try:
-            obs, info = self.env.reset(**kwargs)
+            obs, info = normalize_reset(self.env.reset(**kwargs), self._reset_space)
         except Exception as exc:
             raise self._reset_failed(exc) from exc
         return self._reset_result(request, obs, info, started, decoded)
@@ -217,7 +244,11 @@ class GymEnvRuntimeEnv:
         action = self._decode_action(request)
         decoded = time.perf_counter_ns()
         try:
-            obs, reward, terminated, truncated, info = await self._call(self.env.step, action)
+            obs, reward, terminated, truncated, info = normalize_step(
+                await self._worker.run("env.step", self.env.step, action), vector=self.vector
+            )
+        except WorkerUnavailable as exc:
+            raise exc.as_error(EnvError) from exc
         except Exception as exc:
             raise self._step_failed(exc) from exc
         return self._step_result(
@@ -225,14 +256,19 @@ class GymEnvRuntimeEnv:
         )
 
     def step_inline(self, request: env_v1.StepRequest) -> EnvStepResult | None:
-        """:meth:`step` without the event loop, or ``None`` when it must be awaited."""
+        """:meth:`step` without the event loop, or ``None`` when it must be awaited.
+
+        Answers only in ``user_code="inline"`` mode (see :meth:`reset_inline`).
+        """
         if not self._runs_inline("step"):
             return None
         started = time.perf_counter_ns()
         action = self._decode_action(request)
         decoded = time.perf_counter_ns()
         try:
-            obs, reward, terminated, truncated, info = self.env.step(action)
+            obs, reward, terminated, truncated, info = normalize_step(
+                self.env.step(action), vector=self.vector
+            )
         except Exception as exc:
             raise self._step_failed(exc) from exc
         return self._step_result(
@@ -358,5 +394,14 @@ class GymEnvRuntimeEnv:
         return _safe_meta(picked)
 
     async def close(self, timeout: float) -> None:  # noqa: ASYNC109 - RuntimeEnv's signature
+        """Run the env's ``close`` once, giving up after ``timeout`` seconds.
+
+        Raises:
+            EnvError: an abandoned call (a hung step) still occupies the env, so its
+                ``close`` did not run (code ``BUSY``). This returns at once.
+        """
         with trio.move_on_after(timeout):
-            await self._call(self.env.close)
+            try:
+                await self._worker.aclose("env.close", self.env.close)
+            except WorkerUnavailable as exc:
+                raise exc.as_error(EnvError) from exc

@@ -35,6 +35,7 @@ from ...model._wire import encode_frames, observation_from_request
 from ...protocol import core_v1, model_v1
 from ...protocol._spacespec import EnvContractInfo, read_env_contract
 from ...runtime._interfaces import EndpointTimings, ModelPrediction
+from ...runtime._worker import UserCode
 
 __all__ = ["ModelHandlerRuntimeModel"]
 
@@ -65,6 +66,11 @@ class ModelHandlerRuntimeModel:
         wants_history: whether the route negotiated observation history (the driver then
             sends history rows). :meth:`resolve` sets it from the route's answer.
         name: how errors name the model (default: the handler's ``name`` or class).
+        user_code: where a model object's code runs when this adapter wraps it with
+            :func:`~trio_rlmesh.model.as_handler`: ``"thread"`` (the default; deadlines
+            and cancellation can abandon a hung predict) or ``"inline"`` (on the trio
+            thread: faster, but a blocking predict blocks the event loop). A handler
+            passed in as is keeps its own choice.
     """
 
     def __init__(
@@ -74,8 +80,9 @@ class ModelHandlerRuntimeModel:
         *,
         wants_history: bool = False,
         name: str | None = None,
+        user_code: UserCode | None = None,
     ) -> None:
-        self.handler: ModelHandler = as_handler(handler)
+        self.handler: ModelHandler = as_handler(handler, user_code=user_code)
         self.contract = _as_route_contract(contract)
         self.name = name or _handler_name(self.handler)
         self._wants_history = wants_history
@@ -140,14 +147,17 @@ class ModelHandlerRuntimeModel:
         """:meth:`predict` without the event loop, or ``None`` when it must be awaited.
 
         The runtime driver calls this first. It answers only for a handler that runs
-        inline anyway (a :class:`~trio_rlmesh.model.ModelEngine` without ``offload``)
-        and only while no eviction holds the handler; being synchronous, it needs no
-        lock of its own, and it saves the scheduler round an awaited lock costs.
+        inline anyway (a :class:`~trio_rlmesh.model.ModelEngine` with
+        ``user_code="inline"``, loaded and open) and only while no eviction holds the
+        handler; being synchronous, it needs no lock of its own, and it saves the
+        scheduler round an awaited lock costs. In the default ``user_code="thread"``
+        mode it always answers ``None``: the predict must run where a deadline can
+        abandon it.
         """
         engine = self.handler
         if (
             type(engine) is not ModelEngine
-            or engine.offload
+            or not engine.runs_inline
             or self._lock.locked()
             or "predict" in self.__dict__
             or type(self).predict is not ModelHandlerRuntimeModel.predict
