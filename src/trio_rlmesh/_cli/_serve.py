@@ -54,13 +54,6 @@ def add_serve_parsers(commands: Any) -> None:
     serve_env.add_argument(
         "--autoreset", choices=("next-step", "disabled"), default=None, help="vector envs"
     )
-    serve_env.add_argument(
-        "--env-calls",
-        choices=("thread", "inline"),
-        default="thread",
-        help="run env code in a worker thread per lane (default; a stuck env can be "
-        "abandoned) or inline on the event loop (faster for quick envs)",
-    )
     add_env_kwargs_options(serve_env)
     serve_env.set_defaults(handler=serve_env_command)
     serve_model = commands.add_parser("serve-model", help="serve a model")
@@ -78,6 +71,13 @@ def add_serve_parsers(commands: Any) -> None:
             f"(default {DEFAULT_DRAIN_TIMEOUT:g})",
         )
         sub.add_argument("--ready-file", type=Path, default=None, help="write the address here")
+        sub.add_argument(
+            "--user-code",
+            choices=("thread", "inline"),
+            default="thread",
+            help="run the env's (model's) code on a worker thread (default: a stuck call can "
+            "be abandoned) or inline on the event loop (faster for quick code)",
+        )
         sub.add_argument(
             "--grpc-backend",
             choices=BACKENDS,
@@ -110,7 +110,7 @@ def serve_env_command(args: argparse.Namespace) -> int:
                 autoreset=args.autoreset,
                 token=token,
                 drain_timeout=args.drain_timeout,
-                env_calls=args.env_calls,
+                user_code=args.user_code,
                 backend=args.grpc_backend,
                 task_status=task_status,
             )
@@ -135,6 +135,7 @@ def serve_model_command(args: argparse.Namespace) -> int:
                 args.bind,
                 token=token,
                 drain_timeout=args.drain_timeout,
+                user_code=args.user_code,
                 backend=args.grpc_backend,
                 task_status=task_status,
             )

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import trio
+
 from trio_rlmesh import OperationTimeout, TransportError
 from trio_rlmesh.transports.grpc import open_env_client, open_model_client, serve_env, serve_model
 from trio_rlmesh.transports.grpc._errors import map_transport_error

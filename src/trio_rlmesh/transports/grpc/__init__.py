@@ -26,7 +26,6 @@ from ._env_client import EnvClientStatistics as EnvClientStatistics
 from ._env_client import RemoteEnvError as RemoteEnvError
 from ._env_client import RemoteEnvTimeout as RemoteEnvTimeout
 from ._env_client import open_env_client as open_env_client
-from ._env_server import EnvCalls as EnvCalls
 from ._env_server import serve_env as serve_env
 from ._model_client import ModelClient as ModelClient
 from ._model_client import ModelClientRuntimeModel as ModelClientRuntimeModel
@@ -38,7 +37,6 @@ __all__ = [
     "BACKENDS",
     "Address",
     "BackendName",
-    "EnvCalls",
     "EnvClient",
     "EnvClientRuntimeEnv",
     "EnvClientStatistics",

@@ -6,7 +6,7 @@ Theory of operation:
   token, health, draining and the Join receive loop come from :mod:`._server`.
 * User env code runs in a worker per lane by default, so a slow or hung env stalls
   neither health checks, nor other lanes, nor stopping; a lane's calls run in arrival
-  order. ``env_calls="inline"`` runs them on the event loop instead (faster for envs
+  order. ``user_code="inline"`` runs them on the event loop instead (faster for envs
   that are known to be quick; a hung env then hangs the server).
 * One Join at a time. A lockstep (vector) env handles the stream's requests one after the
   other. A lane endpoint (one scalar env per lane, ``subset_step``) runs every
@@ -23,6 +23,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -45,6 +46,7 @@ from ...protocol import (
     spaces_v1,
 )
 from ...protocol._fastwire import encode_env_join_response, encode_env_timing_tail
+from ...runtime._worker import UserCode, WorkerUnavailable, check_user_code, new_worker
 from ._backend import BackendName, ServerCall, check_backend
 from ._codec import encode
 from ._env_adapter import (
@@ -69,7 +71,7 @@ from ._server import JoinSession, ServerCore, run_server
 from ._settings import DEFAULT_SETTINGS, GrpcSettings
 from ._status import GrpcError, Status
 
-__all__ = ["EnvCalls", "serve_env"]
+__all__ = ["serve_env"]
 
 logger = logging.getLogger("trio_rlmesh.transports.grpc")
 
@@ -82,31 +84,53 @@ SHUTDOWN_DISABLED_MESSAGE: Final = "remote shutdown is disabled for this environ
 CLOSE_TIMEOUT: Final = 5.0
 """Seconds the env's own ``close()`` may take when the server stops."""
 
-EnvCalls = Literal["thread", "inline"]
-"""Where the server runs the env's code: a worker per lane, or on the event loop."""
-
 AutoresetName = Literal["next-step", "disabled"]
 
 
 class _Lanes:
-    """Runs each lane's env calls in order, in that lane's worker (or inline)."""
+    """Runs each lane's env calls in order, on that lane's worker (see ``runtime._worker``)."""
 
-    def __init__(self, count: int, calls: EnvCalls) -> None:
-        self.inline = calls == "inline"
-        self._limiters = [trio.CapacityLimiter(1) for _ in range(count)]
+    def __init__(self, count: int, user_code: UserCode, env_id: str) -> None:
+        self.inline = user_code == "inline"
+        self._workers = [
+            new_worker(user_code, f"env {env_id} lane {lane}") for lane in range(count)
+        ]
 
-    async def run(self, lane: int, fn: Callable[..., Any], *args: Any) -> Any:
-        if self.inline:
-            await trio.lowlevel.checkpoint_if_cancelled()
-            return fn(*args)
-        return await trio.to_thread.run_sync(
-            fn, *args, limiter=self._limiters[lane], abandon_on_cancel=True
-        )
+    async def run(self, lane: int, op: str, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return await self._workers[lane].run(op, fn, *args)
+        except WorkerUnavailable as exc:
+            # The lane is still inside a call its caller gave up on (or is closed): the
+            # request is refused at once, naming the stuck operation.
+            raise WireError(Code.BUSY, str(exc)) from None
 
     @property
     def stuck(self) -> list[int]:
         """Lanes whose worker is still inside an abandoned call."""
-        return [lane for lane, limiter in enumerate(self._limiters) if limiter.borrowed_tokens]
+        return [lane for lane, w in enumerate(self._workers) if w.stuck_operation is not None]
+
+    async def aclose(self, close: Callable[[], None]) -> None:
+        """Close the env on lane 0's worker (bounded), unless a lane is stuck."""
+        stuck = self.stuck
+        if stuck:
+            # Closing an env from another thread while its own call is still running is
+            # unsafe for most simulators; the abandoned call's worker dies with the process.
+            logger.warning(
+                "not closing the env: lane(s) %s are still inside an abandoned call", stuck
+            )
+            return
+        with trio.move_on_after(CLOSE_TIMEOUT) as scope:
+            try:
+                await self._workers[0].aclose("env.close", close)
+            except WorkerUnavailable as exc:
+                logger.warning("not closing the env: %s", exc)
+            except Exception as exc:
+                logger.warning("the env's close() failed: %s: %s", type(exc).__name__, exc)
+        if scope.cancelled_caught:
+            logger.warning("the env's close() took longer than %g s; abandoned", CLOSE_TIMEOUT)
+        for worker in self._workers[1:]:
+            with contextlib.suppress(Exception):
+                await worker.aclose("env.close", lambda: None)
 
 
 @attrs.define(eq=False)
@@ -268,7 +292,11 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
         return list(indices)
 
     async def _on_lanes(
-        self, context: _Request, fn: Callable[..., LaneResult], calls: Sequence[tuple[Any, ...]]
+        self,
+        context: _Request,
+        op: str,
+        fn: Callable[..., LaneResult],
+        calls: Sequence[tuple[Any, ...]],
     ) -> list[LaneResult]:
         """``fn(*args)`` on each lane named first in ``args``, concurrently; the results in
         order. The first failure (in lane order) is raised once every call has ended."""
@@ -278,7 +306,7 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
 
         async def one(index: int, args: tuple[Any, ...]) -> None:
             try:
-                outcomes[index] = await lanes.run(args[0], fn, *args)
+                outcomes[index] = await lanes.run(args[0], op, fn, *args)
             except WireError as exc:
                 outcomes[index] = exc
 
@@ -312,7 +340,7 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
                     Code.INTERNAL, "partial reset (env_indices) is not supported by this env"
                 )
             batch, info, user_ns = await self.service.lanes.run(
-                0, backend.reset_call, list(request.seeds), options
+                0, "env.reset", backend.reset_call, list(request.seeds), options
             )
             context.user_ns += user_ns
         else:
@@ -322,6 +350,7 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
             ]
             results = await self._on_lanes(
                 context,
+                "env.reset",
                 backend.reset_call,
                 [(lane, seed, options) for lane, seed in zip(lanes, seeds, strict=True)],
             )
@@ -355,7 +384,9 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
                 truncated,
                 info,
                 user_ns,
-            ) = await self.service.lanes.run(0, backend.step_call, gate.writable(actions))
+            ) = await self.service.lanes.run(
+                0, "env.step", backend.step_call, gate.writable(actions)
+            )
             context.user_ns += user_ns
             rewards_list = [float(r) for r in _lane_values(rewards, len(lanes), "rewards")]
             term = [bool(t) for t in _lane_values(terminated, len(lanes), "terminated")]
@@ -370,6 +401,7 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
             per_lane = gate.split_actions(actions, len(lanes))
             results = await self._on_lanes(
                 context,
+                "env.step",
                 backend.step_call,
                 [(lane, action) for lane, action in zip(lanes, per_lane, strict=True)],
             )
@@ -413,7 +445,7 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
         backend = self.backend
         started = time.perf_counter_ns()
         if isinstance(backend, VectorBackend):
-            frame = await self.service.lanes.run(0, backend.render_call)
+            frame = await self.service.lanes.run(0, "env.render", backend.render_call)
         else:
             assert isinstance(backend, LaneBackend)
             lane = request.env_indices[0] if request.env_indices else 0
@@ -422,7 +454,7 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
                     Code.INVALID_ACTION,
                     f"render env index {lane} out of range for {backend.num_lanes} envs",
                 )
-            frame = await self.service.lanes.run(lane, backend.render_call, lane)
+            frame = await self.service.lanes.run(lane, "env.render", backend.render_call, lane)
         context.user_ns += time.perf_counter_ns() - started
         png = encode_png(frame)
         if png is None:
@@ -488,19 +520,6 @@ def _remote_shutdown_env() -> bool:
     return value in ("1", "true")
 
 
-async def _close_env(backend: EnvBackend, lanes: _Lanes) -> None:
-    stuck = lanes.stuck
-    if stuck:
-        # Closing an env from another thread while its own call is still running is
-        # unsafe for most simulators; the abandoned call's worker dies with the process.
-        logger.warning("not closing the env: lane(s) %s are still inside an abandoned call", stuck)
-        return
-    with trio.move_on_after(CLOSE_TIMEOUT) as scope:
-        await trio.to_thread.run_sync(backend.close_call, abandon_on_cancel=True)
-    if scope.cancelled_caught:
-        logger.warning("the env's close() took longer than %g s; abandoned", CLOSE_TIMEOUT)
-
-
 async def serve_env(
     env_or_factory: Any,
     address: str = "127.0.0.1:0",
@@ -512,7 +531,7 @@ async def serve_env(
     idle_timeout: float | None = None,
     drain_timeout: float | None = 5.0,
     validation: ValidationPolicy | None = None,
-    env_calls: EnvCalls = "thread",
+    user_code: UserCode = "thread",
     backend: BackendName = "trio",
     settings: GrpcSettings = DEFAULT_SETTINGS,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
@@ -546,8 +565,10 @@ async def serve_env(
         validation: conformance policy for actions and observations: ``"warn"`` (range
             deviations reported once in infos), ``"strict"`` (rejected) or ``"off"``.
             ``None`` reads ``RLMESH_VALIDATION_POLICY`` as RLMesh's servers do (default warn).
-        env_calls: ``"thread"`` (default): env code runs in one worker per lane, so it can
-            be abandoned; ``"inline"``: on the event loop, faster for quick envs.
+        user_code: ``"thread"`` (default): env code runs on one worker thread per lane, so
+            a slow lane stalls nothing else and a stuck one can be abandoned at stop;
+            ``"inline"``: on the event loop, faster for quick envs, but a hung step hangs
+            the server.
         backend: ``"trio"`` (default) or ``"grpclib"``.
         settings: message size limit, keepalive and flow-control windows.
 
@@ -559,8 +580,7 @@ async def serve_env(
     check_backend(backend)
     if token is not None and not token:
         raise ValueError("token must not be empty (pass None to serve without one)")
-    if env_calls not in ("thread", "inline"):
-        raise ValueError(f"env_calls must be 'thread' or 'inline', got {env_calls!r}")
+    user_code = check_user_code(user_code)
     mode = _autoreset_mode(autoreset)
     if validation is None:
         validation = validation_policy_from_env()
@@ -569,7 +589,11 @@ async def serve_env(
     env_backend = await trio.to_thread.run_sync(
         lambda: make_backend(env_or_factory, num_envs=num_envs, autoreset=mode)
     )
-    lanes = _Lanes(env_backend.num_lanes if env_backend.lanes_individually else 1, env_calls)
+    lanes = _Lanes(
+        env_backend.num_lanes if env_backend.lanes_individually else 1,
+        user_code,
+        env_backend.env_id,
+    )
     core = ServerCore(
         component="env",
         what="env",
@@ -597,4 +621,4 @@ async def serve_env(
         )
     finally:
         with trio.CancelScope(shield=True):
-            await _close_env(env_backend, lanes)
+            await lanes.aclose(env_backend.close_call)

@@ -45,6 +45,7 @@ from ...protocol import (
     SUPPORTED_WORKFLOW_EDITIONS,
     model_v1,
 )
+from ...runtime._worker import UserCode
 from ._backend import BackendName, ServerCall, check_backend
 from ._codec import encode
 from ._handshake import MODEL_HANDSHAKE, MODEL_JOIN, MODEL_SHUTDOWN, handshake_response
@@ -457,6 +458,7 @@ async def serve_model(
     allow_remote_shutdown: bool = False,
     max_concurrency: int = DEFAULT_CONCURRENCY,
     drain_timeout: float | None = 5.0,
+    user_code: UserCode = "thread",
     backend: BackendName = "trio",
     settings: GrpcSettings = DEFAULT_SETTINGS,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
@@ -464,10 +466,11 @@ async def serve_model(
     """Serve a model over rlmesh-wire-v1 until cancelled (or shut down remotely).
 
     Follows trio's ``nursery.start`` protocol: the bound address (``127.0.0.1:PORT``) is
-    reported once the listener is up. Stopping drains requests in progress for at most
-    ``drain_timeout`` seconds, then ends every open call with UNAVAILABLE, even if model
-    code is stuck (its worker is abandoned). The model's ``close`` runs exactly once when
-    serving ends, bounded by 5 s.
+    reported once the listener is up (after the model's ``load``, so a model that cannot
+    load fails here). Stopping drains requests in progress for at most ``drain_timeout``
+    seconds, then ends every open call with UNAVAILABLE, even if model code is stuck (its
+    worker is abandoned). The model's ``close`` then runs at most once, bounded by 5 s, and
+    not at all while a stuck predict still holds the model.
 
     Args:
         model: a :class:`~trio_rlmesh.model.Model`, any object with ``predict`` (see
@@ -479,6 +482,10 @@ async def serve_model(
         allow_remote_shutdown: accept the Shutdown RPC.
         max_concurrency: requests in flight per Join stream.
         drain_timeout: on stop, wait at most this long for requests in progress.
+        user_code: ``"thread"`` (default): the model's code runs on a worker thread of its
+            own, so a slow forward stalls nothing else and a stuck one is abandoned at stop;
+            ``"inline"``: on the event loop (see :func:`~trio_rlmesh.model.as_handler`).
+            Ignored for a :class:`~trio_rlmesh.model.ModelHandler`, which runs as it is.
         backend: ``"trio"`` (default) or ``"grpclib"``.
         settings: message size limit, keepalive and flow-control windows.
 
@@ -490,7 +497,7 @@ async def serve_model(
     check_backend(backend)
     if token is not None and not token:
         raise ValueError("token must not be empty (pass None to serve without one)")
-    handler = as_handler(model, name=name, offload=True)
+    handler = as_handler(model, name=name, user_code=user_code)
     label = name or getattr(handler, "name", None) or type(handler).__name__
     core = ServerCore(
         component="model",
@@ -501,6 +508,10 @@ async def serve_model(
     )
     service = _ModelService(core, _ModelCore(handler, str(label)), max_concurrency)
     try:
+        load = getattr(handler, "load", None)
+        if load is not None:
+            # Before binding: a model that cannot load fails serve_model, not its first client.
+            await load()
         await run_server(
             core,
             service.handlers(),
