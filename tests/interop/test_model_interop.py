@@ -23,6 +23,7 @@ import pytest
 import trio
 
 from trio_rlmesh import RunLocalOptions, TransportError, run_remote
+from trio_rlmesh.model._wire import route_request
 from trio_rlmesh.protocol import core_v1, meta_to_python, model_v1, spaces_v1
 from trio_rlmesh.protocol._spacespec import space_to_spec
 from trio_rlmesh.spaces import decode_batch, encode_lanes, from_gymnasium
@@ -170,10 +171,10 @@ async def test_our_client_on_rlmesh_served_model_matches_direct_calls(
         ):
             remote = ModelClientRuntimeModel(client)
             env_id = "01a22c08-0000-7000-8000-000000000001"
-            needs = await remote.resolve(
-                env_id, spec, session_id="interop", execution_horizon=horizon
+            answer = await remote.resolve(
+                route_request(env_id, spec, session_id="interop", execution_horizon=horizon)
             )
-            assert needs.history is None
+            assert answer.history is None
             for index, observation in enumerate(observations):
                 request = model_v1.PredictRequest(
                     context=model_v1.AdapterContext(

@@ -168,6 +168,16 @@ class RuntimeModel(Protocol):
         """Whether ``predict_group`` runs one fused forward (so the driver should batch lanes)."""
         ...
 
+    async def resolve(
+        self, request: model_v1.ResolveAdapterRequest
+    ) -> model_v1.ResolveAdapterResponse:
+        """Resolve the route before the first predict (the env's spec, the execution
+        horizon, the offer of history); afterwards :attr:`wants_history` holds the answer.
+
+        Raises :class:`~trio_rlmesh.ModelError` when the model refuses the route.
+        """
+        ...
+
     async def predict(self, request: model_v1.PredictRequest) -> ModelPrediction:
         """Answer one predict request."""
         ...

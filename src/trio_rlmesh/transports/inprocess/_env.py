@@ -203,6 +203,14 @@ class GymEnvRuntimeEnv:
         frames = await self._results(plan, "env.render")
         return self._session.finish_render(plan, frames)
 
+    async def release(self) -> None:
+        """Let go of the env without closing it (the caller owns it): end the session and
+        stop the workers (never waiting for a stuck call)."""
+        self._session.close()
+        for worker in self._workers:
+            with trio.CancelScope(shield=True), contextlib.suppress(WorkerUnavailable):
+                await worker.aclose("env.release", _nothing)
+
     async def close(self, timeout: float) -> None:  # noqa: ASYNC109 - RuntimeEnv's signature
         """End the session and run the env's ``close`` once, giving up after ``timeout``.
 
