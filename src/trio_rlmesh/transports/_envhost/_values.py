@@ -89,8 +89,12 @@ class ValueGate:
             raise WireError(Code.INTERNAL, f"observation does not encode: {exc}") from None
 
     def one_lane(self, observation: Any) -> Any:
-        """One lane's observation as a batch of one (INTERNAL on a bad shape)."""
-        return self.stack_observations([observation])
+        """One lane's observation as a batch of one, a view where it can be (it is encoded
+        at once); INTERNAL on a bad shape."""
+        try:
+            return stack_lanes(self.observation_space, [observation], copy=False)
+        except CodecError as exc:
+            raise WireError(Code.INTERNAL, f"observation does not fit its space: {exc}") from None
 
     def stack_observations(self, lanes: Sequence[Any]) -> Any:
         """Single-lane observations stacked into one batch (INTERNAL on a bad shape)."""
