@@ -1,38 +1,32 @@
-"""The env client against the in-process fake env server (real sockets on loopback)."""
+"""The env client, on each backend, against the scriptable fake env server (:mod:`.fake_env`).
+
+On the trio backend everything runs over ``memory://`` under the autojump clock, so the
+times asserted are exact virtual times; on grpclib the fake listens on a Unix socket and the
+clock is real (see the conftest).
+"""
 
 from __future__ import annotations
 
-import random
+from collections.abc import Callable
 
+import betterproto2
 import pytest
 import trio
-from grpclib.const import Status
-from grpclib.exceptions import GRPCError, StreamTerminatedError
+import trio.testing
 
-from trio_rlmesh import (
-    EnvError,
-    Error,
-    OperationTimeout,
-    ProtocolError,
-    SpecError,
-    TransportError,
-)
+from trio_rlmesh import EnvError, OperationTimeout, ProtocolError, SpecError, TransportError
 from trio_rlmesh.protocol import WORKFLOW_EDITION, env_v1, spaces_v1
 from trio_rlmesh.runtime._interfaces import RuntimeEnv
-from trio_rlmesh.transports.grpc._common import (
-    map_grpc_error,
-    parse_address,
-    parse_bind_address,
-)
-from trio_rlmesh.transports.grpc._env_client import (
+from trio_rlmesh.transports.grpc import (
+    BackendName,
     EnvClientRuntimeEnv,
     RemoteEnvError,
     open_env_client,
 )
 
-from .conftest import FakeEnvServer, FakeEnvService, serve_fake_env
+from .fake_env import FakeEnvService, serve_fake_env
 
-pytestmark = pytest.mark.network
+Where = Callable[[str], str]
 
 
 def action(i: int) -> env_v1.StepRequest:
@@ -40,24 +34,35 @@ def action(i: int) -> env_v1.StepRequest:
 
 
 def kinds(service: FakeEnvService) -> list[str]:
-    import betterproto2
-
     return [betterproto2.which_one_of(r, "kind")[0] for r in service.requests]
 
 
-async def test_handshake_then_lazy_join_with_configure_first(fake_env: FakeEnvServer) -> None:
-    fake_env.service.capabilities = {"subset_step": "true"}
-    fake_env.service.num_envs = 0
+def elapsed_is(clock: trio.testing.MockClock | None, start: float, expected: float) -> bool:
+    """Exactly ``expected`` seconds of virtual time, or (real clock) at least that and not
+    much more."""
+    elapsed = trio.current_time() - start
+    if clock is not None:
+        return elapsed == pytest.approx(expected, abs=1e-6)
+    return expected <= elapsed < expected + 2.0
+
+
+async def test_handshake_then_lazy_join_with_configure_first(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    service = FakeEnvService(capabilities={"subset_step": "true"}, num_envs=0)
     with trio.fail_after(10):
-        async with open_env_client(fake_env.address) as env:
-            assert env.address == f"tcp://{fake_env.address}"
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend) as env,
+        ):
+            assert env.address == fake.address
             assert env.num_envs == 1
             assert env.subset_step
             assert env.workflow_edition == WORKFLOW_EDITION
             assert env.server_info.component == "rlmesh-env"
             assert env.contract.spec is not None
             assert env.contract.spec.id == "Fake-v0"
-            assert fake_env.service.joins == 0  # no Join until the first request
+            assert service.joins == 0  # no Join until the first request
             result = await env.reset(env_v1.ResetRequest(seeds=[7]))
             assert result.response.observation == spaces_v1.SpaceValue(
                 leaves=[(7).to_bytes(8, "little")]
@@ -74,7 +79,6 @@ async def test_handshake_then_lazy_join_with_configure_first(fake_env: FakeEnvSe
             assert render.frame == b"png"
             final = await env.close()
             assert [e.episode_id for e in final] == ["last"]
-    service = fake_env.service
     assert kinds(service) == ["configure", "reset", "step", "render", "close"]
     assert [r.request_id for r in service.requests] == [f"grpc-req-{n}" for n in range(1, 6)]
     assert service.requests[0].configure is not None
@@ -86,25 +90,31 @@ async def test_handshake_then_lazy_join_with_configure_first(fake_env: FakeEnvSe
 
 
 async def test_close_survives_a_stream_reset_right_after_the_answer(
-    fake_env: FakeEnvServer,
+    backend: BackendName, clock: object, address: Where
 ) -> None:
-    # rlmesh 0.1.0 resets the stream right after answering Close (trap 4); the
-    # answer must still reach us, and Close must carry END_STREAM itself.
-    for reset in (True, False):
-        fake_env.service.reset_after_close = reset
-        with trio.fail_after(10):
-            async with open_env_client(fake_env.address) as env:
-                await env.reset()
-                final = await env.close()
-        assert [e.episode_id for e in final] == ["last"]
-    assert fake_env.service.eof_with_close == [True, True]
-
-
-async def test_handshake_request_looks_like_a_010_client(fake_env: FakeEnvServer) -> None:
+    # rlmesh 0.1.0 resets the stream right after answering Close; the answer must still
+    # reach us, and Close must carry END_STREAM itself.
+    service = FakeEnvService()
     with trio.fail_after(10):
-        async with open_env_client(fake_env.address):
-            pass
-    base = fake_env.service.handshakes[0].base
+        async with serve_fake_env(service, address("env")) as fake:
+            for reset in (True, False):
+                service.reset_after_close = reset
+                async with open_env_client(fake.address, backend=backend) as env:
+                    await env.reset()
+                    final = await env.close()
+                assert [e.episode_id for e in final] == ["last"]
+    assert service.eof_with_close == [True, True]
+
+
+async def test_handshake_request_looks_like_a_010_client(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    service = FakeEnvService()
+    with trio.fail_after(10):
+        async with serve_fake_env(service, address("env")) as fake:
+            async with open_env_client(fake.address, backend=backend):
+                pass
+    base = service.handshakes[0].base
     assert base is not None
     assert base.protocol_generation == "rlmesh-wire-v1"
     assert base.capabilities == {}
@@ -118,166 +128,216 @@ async def test_handshake_request_looks_like_a_010_client(fake_env: FakeEnvServer
     assert "trio" in base.peer_info.framework_versions
 
 
-async def test_close_without_join_sends_nothing(fake_env: FakeEnvServer) -> None:
+async def test_close_without_join_sends_nothing(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    service = FakeEnvService()
     with trio.fail_after(10):
-        async with open_env_client(fake_env.address) as env:
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend) as env,
+        ):
             assert await env.close() == []
             with pytest.raises(TransportError, match="closed"):
                 await env.reset()
-    assert fake_env.service.joins == 0
+    assert service.joins == 0
 
 
 @pytest.mark.parametrize("token", [None, "s3cret"])
 async def test_token_header_present_only_with_a_token(
-    fake_env: FakeEnvServer, token: str | None
+    backend: BackendName, clock: object, address: Where, token: str | None
 ) -> None:
-    fake_env.service.token = token
+    service = FakeEnvService(token=token)
     with trio.fail_after(10):
-        async with open_env_client(fake_env.address, token=token) as env:
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, token=token, backend=backend) as env,
+        ):
             await env.reset()
             await env.shutdown("test")
-    assert len(fake_env.service.metadata) == 3  # handshake, join, shutdown
-    for seen in fake_env.service.metadata:
+    assert len(service.metadata) == 3  # handshake, join, shutdown
+    for seen in service.metadata:
         if token is None:
             assert "authorization" not in seen
         else:
             assert seen["authorization"] == token  # raw, no "Bearer "
 
 
-async def test_wrong_token_is_named_as_the_problem(fake_env: FakeEnvServer) -> None:
-    fake_env.service.token = "right"
+@pytest.mark.parametrize(("sent", "says"), [("wrong", "rejected the token"), (None, "requires")])
+async def test_token_refusal_names_the_problem(
+    backend: BackendName, clock: object, address: Where, sent: str | None, says: str
+) -> None:
+    service = FakeEnvService(token="right")
     with trio.fail_after(10):
-        with pytest.raises(TransportError, match="rejected the token") as info:
-            async with open_env_client(fake_env.address, token="wrong"):
-                pass
+        async with serve_fake_env(service, address("env")) as fake:
+            with pytest.raises(TransportError, match=says) as info:
+                async with open_env_client(fake.address, token=sent, backend=backend):
+                    pass
     assert info.value.code == "UNAUTHENTICATED"
     assert info.value.operation == "env.handshake"
-    assert info.value.address == f"tcp://{fake_env.address}"
+    assert info.value.address == fake.address
 
 
-async def test_incompatible_generation(fake_env: FakeEnvServer) -> None:
-    fake_env.service.generation = "rlmesh-wire-v2"
-    with trio.fail_after(10), pytest.raises(ProtocolError, match="generation"):
-        async with open_env_client(fake_env.address):
-            pass
-
-
-async def test_no_mutual_edition(fake_env: FakeEnvServer) -> None:
-    fake_env.service.editions = ["2027.01"]
+async def test_incompatible_generation(backend: BackendName, clock: object, address: Where) -> None:
+    service = FakeEnvService(generation="rlmesh-wire-v2")
     with trio.fail_after(10):
-        with pytest.raises(SpecError, match="no mutual workflow edition") as info:
-            async with open_env_client(fake_env.address):
-                pass
+        async with serve_fake_env(service, address("env")) as fake:
+            with pytest.raises(ProtocolError, match="generation"):
+                async with open_env_client(fake.address, backend=backend):
+                    pass
+
+
+async def test_no_mutual_edition(backend: BackendName, clock: object, address: Where) -> None:
+    service = FakeEnvService(editions=["2027.01"])
+    with trio.fail_after(10):
+        async with serve_fake_env(service, address("env")) as fake:
+            with pytest.raises(SpecError, match="no mutual workflow edition") as info:
+                async with open_env_client(fake.address, backend=backend):
+                    pass
     assert "2027.01" in str(info.value)
 
 
-async def test_picks_the_highest_mutual_edition(fake_env: FakeEnvServer) -> None:
-    fake_env.service.editions = ["2026.06", "2026.06-0.1.0-rc.5", "2027.01"]
+async def test_picks_the_highest_mutual_edition(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    service = FakeEnvService(editions=["2026.06", "2026.06-0.1.0-rc.5", "2027.01"])
     with trio.fail_after(10):
-        async with open_env_client(
-            fake_env.address, editions=["2026.06", "2026.06-0.1.0-rc.5"]
-        ) as env:
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(
+                fake.address, editions=["2026.06", "2026.06-0.1.0-rc.5"], backend=backend
+            ) as env,
+        ):
             assert env.workflow_edition == "2026.06-0.1.0-rc.5"
             await env.reset()
-    configure = fake_env.service.requests[0].configure
+    configure = service.requests[0].configure
     assert configure is not None
     assert configure.selected_workflow_edition == "2026.06-0.1.0-rc.5"
 
 
-async def test_missing_contract_is_a_protocol_error(fake_env: FakeEnvServer) -> None:
-    fake_env.service.contract = False
-    with trio.fail_after(10), pytest.raises(ProtocolError, match="no env contract"):
-        async with open_env_client(fake_env.address):
-            pass
-
-
-async def test_configure_error_is_a_spec_error(fake_env: FakeEnvServer) -> None:
-    fake_env.service.configure_error = True
+async def test_missing_contract_is_a_protocol_error(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    service = FakeEnvService(contract=False)
     with trio.fail_after(10):
-        async with open_env_client(fake_env.address) as env:
+        async with serve_fake_env(service, address("env")) as fake:
+            with pytest.raises(ProtocolError, match="no env contract"):
+                async with open_env_client(fake.address, backend=backend):
+                    pass
+
+
+async def test_configure_error_is_a_spec_error(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    service = FakeEnvService(configure_error=True)
+    with trio.fail_after(10):
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend) as env,
+        ):
             with pytest.raises(SpecError, match="rejected workflow edition"):
                 await env.reset()
-            # The failure sticks: the stream is unusable.
+            # The client tries a fresh Join for the next request: refused the same way.
             with pytest.raises(SpecError):
                 await env.step(action(1))
 
 
-async def test_busy_join_is_retried(fake_env: FakeEnvServer) -> None:
-    fake_env.service.busy_joins = 3
+async def test_busy_join_is_retried(backend: BackendName, clock: object, address: Where) -> None:
+    service = FakeEnvService(busy_joins=3)
     with trio.fail_after(10):
-        async with open_env_client(fake_env.address) as env:
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend) as env,
+        ):
+            start = trio.current_time()
             await env.reset()
-    assert fake_env.service.joins_refused == 3
-    assert fake_env.service.joins == 1
+            # Backoff 20, 40, 80 ms between the attempts.
+            assert elapsed_is(clock, start, 0.14)
+    assert service.joins_refused == 3
+    assert service.joins == 1
 
 
-async def test_busy_join_gives_up_with_a_clear_error(fake_env: FakeEnvServer) -> None:
-    fake_env.service.busy_joins = 10_000
-    with trio.fail_after(10):
-        async with open_env_client(fake_env.address) as env:
+async def test_busy_join_gives_up_with_a_clear_error(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    service = FakeEnvService(busy_joins=10_000)
+    with trio.fail_after(20):
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend) as env,
+        ):
             start = trio.current_time()
             with pytest.raises(TransportError, match="already has a client") as info:
                 await env.reset()
-            elapsed = trio.current_time() - start
+            assert elapsed_is(clock, start, 2.0)
     assert info.value.code == "FAILED_PRECONDITION"
-    assert 1.5 <= elapsed < 5
-    assert fake_env.service.joins_refused > 3
+    assert "already has an active Join session" in str(info.value)
+    assert service.joins_refused > 3
 
 
-async def test_unreachable_server() -> None:
-    with trio.socket.socket() as sock:
-        await sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+async def test_connect_timeout(backend: BackendName, clock: object, address: Where) -> None:
+    # A server that accepts the connection and then never says a word.
     with trio.fail_after(10):
-        with pytest.raises(TransportError, match=f"127.0.0.1:{port}") as info:
-            async with open_env_client(f"127.0.0.1:{port}"):
-                pass
-    assert info.value.operation == "env.handshake"
-
-
-async def test_connect_timeout() -> None:
-    # A listening socket that never answers: the handshake cannot complete.
-    with trio.socket.socket() as sock:
-        await sock.bind(("127.0.0.1", 0))
-        sock.listen(1)
-        port = sock.getsockname()[1]
-        with trio.fail_after(10):
-            with pytest.raises(OperationTimeout, match="timed out") as info:
-                async with open_env_client(f"127.0.0.1:{port}", connect_timeout=0.3):
+        async with serve_fake_env(FakeEnvService(), address("env")) as fake:
+            fake.valve.freeze()
+            start = trio.current_time()
+            with pytest.raises(OperationTimeout, match="timed out after 0.3 s") as info:
+                async with open_env_client(fake.address, connect_timeout=0.3, backend=backend):
                     pass
+            assert elapsed_is(clock, start, 0.3)
     assert isinstance(info.value, TimeoutError)
 
 
 async def test_dropped_connection_names_address_operation_and_step(
-    fake_env: FakeEnvServer,
+    backend: BackendName, clock: object, address: Where
 ) -> None:
-    fake_env.service.drop_on_step = 3
+    service = FakeEnvService(faults={3: "drop"})
     with trio.fail_after(10):
-        async with open_env_client(fake_env.address) as env:
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend) as env,
+        ):
             await env.reset()
             await env.step(action(1))
             await env.step(action(2))
-            with pytest.raises(TransportError) as info:
+            with pytest.raises(TransportError, match="connection lost") as info:
                 await env.step(action(3))
             # Later requests fail fast with the same cause.
-            with pytest.raises(TransportError):
+            with pytest.raises(TransportError, match="connection lost"):
                 await env.step(action(4))
     error = info.value
     text = str(error)
-    assert f"tcp://{fake_env.address}" in text
+    assert fake.address in text
     assert "env.step" in text
-    assert "step 2" in text
-    assert (error.operation, error.step, error.address) == (
-        "env.step",
-        2,
-        f"tcp://{fake_env.address}",
-    )
+    assert "step 3" in text
+    assert (error.operation, error.step, error.address) == ("env.step", 3, fake.address)
 
 
-async def test_in_band_error_becomes_env_error(fake_env: FakeEnvServer) -> None:
-    fake_env.service.error_on_step = 2
+async def test_stream_reset_is_a_transport_error(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    service = FakeEnvService(faults={1: "reset"})
     with trio.fail_after(10):
-        async with open_env_client(fake_env.address) as env:
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend) as env,
+        ):
+            await env.reset()
+            with pytest.raises(TransportError, match="connection lost during env.step") as info:
+                await env.step(action(1))
+    assert info.value.code is None
+    assert "reset" in str(info.value).lower()
+
+
+async def test_in_band_error_becomes_env_error(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    service = FakeEnvService(faults={2: "error"})
+    with trio.fail_after(10):
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend) as env,
+        ):
             await env.step(action(1))
             with pytest.raises(EnvError, match="INVALID_ACTION: action out of range") as info:
                 await env.step(action(2))
@@ -290,223 +350,197 @@ async def test_in_band_error_becomes_env_error(fake_env: FakeEnvServer) -> None:
     assert [e.episode_id for e in error.interrupted_episodes] == ["ep-1"]
 
 
-async def test_wrong_reply_kind_is_a_protocol_error(fake_env: FakeEnvServer) -> None:
-    fake_env.service.wrong_kind_on_step = 1
+async def test_wrong_reply_kind_is_a_protocol_error(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    service = FakeEnvService(faults={1: "wrong_kind"})
     with trio.fail_after(10):
-        async with open_env_client(fake_env.address) as env:
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend) as env,
+        ):
             with pytest.raises(ProtocolError, match="expected a 'step' reply"):
                 await env.step(action(1))
 
 
-async def test_timeout_ms_propagation(fake_env: FakeEnvServer) -> None:
+async def test_timeout_ms_propagation(backend: BackendName, clock: object, address: Where) -> None:
+    service = FakeEnvService()
     with trio.fail_after(10):
-        async with open_env_client(fake_env.address, request_timeout=2.5) as env:
-            await env.reset()
-            await env.step(action(1))
-            await env.step(action(1), timeout=0.25)
-            await env.step(env_v1.StepRequest(action=action(1).action, timeout_ms=777))
-        async with open_env_client(fake_env.address) as env:
-            await env.reset()
-            original = env_v1.ResetRequest(seeds=[1])
-            await env.reset(original)
-            assert original.timeout_ms == 0  # the caller's message is not modified
+        async with serve_fake_env(service, address("env")) as fake:
+            async with open_env_client(fake.address, request_timeout=2.5, backend=backend) as env:
+                await env.reset()
+                await env.step(action(1))
+                await env.step(action(1), timeout=0.25)
+                await env.step(env_v1.StepRequest(action=action(1).action, timeout_ms=777))
+            async with open_env_client(fake.address, backend=backend) as env:
+                await env.reset()
+                original = env_v1.ResetRequest(seeds=[1])
+                await env.reset(original)
+                assert original.timeout_ms == 0  # the caller's message is not modified
     sent = [
         r.reset.timeout_ms if r.reset is not None else r.step.timeout_ms
-        for r in fake_env.service.requests
+        for r in service.requests
         if r.reset is not None or r.step is not None
     ]
     assert sent == [2500, 2500, 250, 777, 0, 0]
 
 
-async def test_local_timer_when_the_server_sits_on_a_request(fake_env: FakeEnvServer) -> None:
-    fake_env.service.delay = lambda r: 5.0 if r.step is not None else 0.0
+async def test_local_timer_when_the_server_sits_on_a_request(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    service = FakeEnvService(faults={1: "silent"})
     with trio.fail_after(10):
-        async with open_env_client(fake_env.address, request_timeout=0.1) as env:
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, request_timeout=0.1, backend=backend) as env,
+        ):
+            await env.reset()
+            start = trio.current_time()
             with pytest.raises(OperationTimeout, match=r"env\.step") as info:
                 await env.step(action(1))
+            # The server's own TIMEOUT answer gets 1 s of grace.
+            assert elapsed_is(clock, start, 1.1)
     assert info.value.recoverable
     assert info.value.timeout == 0.1
+    assert info.value.code is None
 
 
-async def test_stale_replies_are_skipped_after_random_cancellations(
-    fake_env: FakeEnvServer,
+async def test_unknown_reply_ids_are_skipped(
+    backend: BackendName, clock: object, address: Where
 ) -> None:
-    rng = random.Random(1234)
-    fake_env.service.delay = lambda r: rng.uniform(0, 0.004) if r.step is not None else 0.0
-    with trio.fail_after(30):
-        async with open_env_client(fake_env.address) as env:
-            await env.reset()
-            cancelled = 0
-            for i in range(50):
-                with trio.move_on_after(rng.uniform(0, 0.004)) as scope:
-                    await env.step(action(1000 + i))
-                cancelled += scope.cancelled_caught
-                # Whatever was left in flight, the next answer is our own.
-                mine = i % 251
-                result = await env.step(action(mine))
-                assert result.response.rewards == [float(mine)]
-                assert result.response.observation is not None
-                assert result.response.observation.leaves == [bytes([mine, 0])]
-            assert cancelled >= 5
-            stats = env.statistics()
-    assert stats.stale_replies >= 1
-    assert stats.in_flight == 0
-
-
-async def test_unknown_reply_ids_are_skipped(fake_env: FakeEnvServer) -> None:
-    fake_env.service.extra_stale = True
+    service = FakeEnvService(extra_stale=True)
     with trio.fail_after(10):
-        async with open_env_client(fake_env.address) as env:
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend) as env,
+        ):
             for i in range(5):
                 assert (await env.step(action(i))).response.rewards == [float(i)]
             assert env.statistics().stale_replies == 5
 
 
-async def test_concurrent_requests_are_demultiplexed() -> None:
-    # Lane k answers after (4 - k) * 20 ms, so replies arrive in reverse order.
+async def test_concurrent_requests_are_demultiplexed(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    """Four lanes in flight at once, answered in reverse order: each caller gets its own."""
     service = FakeEnvService(
         num_envs=4,
         capabilities={"subset_step": "true"},
         concurrent=True,
-        delay=lambda r: (4 - r.step.env_indices[0]) * 0.02 if r.step is not None else 0.0,
+        hold=lambda r: r.step is not None,
     )
-    async with serve_fake_env(service) as fake:
-        with trio.fail_after(10):
-            async with open_env_client(fake.address) as env:
-                await env.reset()
+    with trio.fail_after(10):
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend) as env,
+        ):
+            await env.reset()
+            await service.inbox.receive()  # configure
+            await service.inbox.receive()  # reset
+            for _ in range(3):
                 results: dict[int, list[float]] = {}
                 order: list[int] = []
+                done = {k: trio.Event() for k in range(4)}
 
                 async def lane(k: int) -> None:
                     request = action(10 + k)
                     request.env_indices = [k]
-                    result = await env.step(request)
-                    order.append(k)
+                    result = await env.step(request)  # noqa: B023 - awaited in the loop
+                    order.append(k)  # noqa: B023
                     assert result.response.env_indices == [k]
-                    results[k] = result.response.rewards
+                    results[k] = result.response.rewards  # noqa: B023
+                    done[k].set()  # noqa: B023
 
-                for _ in range(3):
-                    order.clear()
-                    async with trio.open_nursery() as nursery:
-                        for k in range(4):
-                            nursery.start_soon(lane, k)
-                    assert order == [3, 2, 1, 0]
-                    assert results == {k: [float(10 + k)] for k in range(4)}
+                async with trio.open_nursery() as nursery:
+                    for k in range(4):
+                        nursery.start_soon(lane, k)
+                    for _ in range(4):
+                        await service.inbox.receive()
+                    pending = {
+                        h.request.step.env_indices[0]: h  # type: ignore[union-attr]
+                        for h in service.held[-4:]
+                    }
+                    for k in (3, 2, 1, 0):
+                        pending[k].release.set()
+                        await done[k].wait()
+                assert order == [3, 2, 1, 0]
+                assert results == {k: [float(10 + k)] for k in range(4)}
 
 
-async def test_runtime_env_adapter(fake_env: FakeEnvServer) -> None:
+async def test_runtime_env_adapter(backend: BackendName, clock: object, address: Where) -> None:
+    service = FakeEnvService()
     with trio.fail_after(10):
-        async with open_env_client(fake_env.address) as client:
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend) as client,
+        ):
             env = EnvClientRuntimeEnv(client)
             assert isinstance(env, RuntimeEnv)
             await env.reset(env_v1.ResetRequest())
             assert (await env.step(action(9))).response.rewards == [9.0]
             await env.close(timeout=5)
             await env.close(timeout=5)  # idempotent
-    assert fake_env.service.join_ended == ["close"]
+    assert service.join_ended == ["close"]
 
 
-async def test_error_context_from_the_adapter(fake_env: FakeEnvServer) -> None:
-    fake_env.service.error_on_step = 1
+async def test_error_context_from_the_adapter(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    service = FakeEnvService(faults={1: "error"})
     with trio.fail_after(10):
-        async with open_env_client(fake_env.address) as client:
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend) as client,
+        ):
             env = EnvClientRuntimeEnv(client)
             with pytest.raises(EnvError) as info:
                 await env.step(action(1))
     assert info.value.operation == "env.step"
-    assert info.value.address == f"tcp://{fake_env.address}"
+    assert info.value.address == fake.address
 
 
-async def test_cancelled_block_still_closes_the_join(fake_env: FakeEnvServer) -> None:
+async def test_a_second_client_after_close_gets_the_slot(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    service = FakeEnvService()
     with trio.fail_after(10):
-        with trio.move_on_after(0.2):
-            async with open_env_client(fake_env.address) as env:
-                await env.reset()
-                await trio.sleep_forever()
-        # The server saw a proper Close even though the block was cancelled.
-        with trio.fail_after(2):
-            # The server runs on the portal's thread: poll rather than wait on an Event.
-            while not fake_env.service.join_ended:  # noqa: ASYNC110
-                await trio.sleep(0.01)
-    assert fake_env.service.join_ended == ["close"]
+        async with serve_fake_env(service, address("env")) as fake:
+            for _ in range(3):
+                async with open_env_client(fake.address, backend=backend) as env:
+                    await env.reset()
+    assert service.joins == 3
 
 
-async def test_a_second_client_after_close_gets_the_slot(fake_env: FakeEnvServer) -> None:
+async def test_server_shutting_down_mid_request_is_reported_as_unavailable(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    """The fake (the trio backend's server) stops while a step is pending: every open call
+    ends with UNAVAILABLE, which the client reports as a recoverable TransportError."""
+    service = FakeEnvService(faults={1: "silent"})
     with trio.fail_after(10):
-        for _ in range(3):
-            async with open_env_client(fake_env.address) as env:
+        async with trio.open_nursery() as nursery:
+            stop = trio.Event()
+            ready: list[str] = []
+
+            async def run_fake(task_status: trio.TaskStatus[None]) -> None:
+                async with serve_fake_env(service, address("env")) as fake:
+                    ready.append(fake.address)
+                    task_status.started()
+                    await stop.wait()
+
+            await nursery.start(run_fake)
+            async with open_env_client(ready[0], backend=backend) as env:
                 await env.reset()
-    assert fake_env.service.joins == 3
+                async with trio.open_nursery() as inner:
 
+                    async def step() -> None:
+                        with pytest.raises(TransportError, match="UNAVAILABLE") as info:
+                            await env.step(action(1))
+                        assert info.value.recoverable
+                        assert "shutting down" in str(info.value)
 
-@pytest.mark.parametrize(
-    ("text", "display"),
-    [
-        ("localhost:50051", "tcp://localhost:50051"),
-        ("tcp://10.0.0.1:1", "tcp://10.0.0.1:1"),
-        ("http://host:8080", "tcp://host:8080"),
-        ("[::1]:9000", "tcp://[::1]:9000"),
-        ("unix:///tmp/env.sock", "unix:///tmp/env.sock"),
-    ],
-)
-def test_parse_address(text: str, display: str) -> None:
-    assert str(parse_address(text)) == display
-
-
-@pytest.mark.parametrize(
-    "text", ["https://host:1", "ftp://host:1", ":50051", "host", "host:port", "host:70000"]
-)
-def test_parse_address_rejects(text: str) -> None:
-    with pytest.raises(ValueError, match="invalid address"):
-        parse_address(text)
-
-
-@pytest.mark.parametrize(
-    ("text", "display"),
-    [
-        ("0", "tcp://127.0.0.1:0"),
-        ("localhost:7", "tcp://127.0.0.1:7"),
-        (":7", "tcp://127.0.0.1:7"),
-        ("tcp://0.0.0.0:7", "tcp://0.0.0.0:7"),
-        ("unix:///tmp/s", "unix:///tmp/s"),
-    ],
-)
-def test_parse_bind_address(text: str, display: str) -> None:
-    assert str(parse_bind_address(text)) == display
-
-
-@pytest.mark.parametrize(
-    ("status", "kind", "recoverable"),
-    [
-        (Status.UNAVAILABLE, TransportError, True),
-        (Status.RESOURCE_EXHAUSTED, TransportError, True),
-        (Status.ABORTED, TransportError, True),
-        (Status.UNAUTHENTICATED, TransportError, False),
-        (Status.INTERNAL, TransportError, False),
-        (Status.DEADLINE_EXCEEDED, OperationTimeout, True),
-    ],
-)
-def test_map_grpc_error_statuses(status: Status, kind: type[Error], recoverable: bool) -> None:
-    error = map_grpc_error(
-        GRPCError(status, "detail"), operation="env.step", address="tcp://h:1", step=4, lane=2
-    )
-    assert type(error) is kind
-    assert error.recoverable is recoverable
-    assert error.code == status.name
-    assert (error.operation, error.address, error.step, error.lane) == (
-        "env.step",
-        "tcp://h:1",
-        4,
-        2,
-    )
-
-
-@pytest.mark.parametrize(
-    "exc", [ConnectionResetError("reset by peer"), StreamTerminatedError("Connection lost")]
-)
-def test_map_grpc_error_connection_lost(exc: Exception) -> None:
-    error = map_grpc_error(exc, operation="env.reset", address="tcp://h:1", step=9)
-    assert type(error) is TransportError
-    assert "env.reset" in str(error)
-    assert "tcp://h:1" in str(error)
-    assert "step 9" in str(error)
+                    inner.start_soon(step)
+                    request = await service.inbox.receive()
+                    while request.step is None:
+                        request = await service.inbox.receive()
+                    stop.set()
