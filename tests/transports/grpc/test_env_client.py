@@ -275,6 +275,18 @@ async def test_busy_join_gives_up_with_a_clear_error(
     assert service.joins_refused > 3
 
 
+async def test_nothing_listening_is_could_not_connect(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    target = address("nobody")
+    with trio.fail_after(10):
+        with pytest.raises(TransportError, match="could not connect") as info:
+            async with open_env_client(target, backend=backend):
+                pass
+    assert info.value.operation == "env.handshake"
+    assert "nobody" in str(info.value)
+
+
 async def test_connect_timeout(backend: BackendName, clock: object, address: Where) -> None:
     # A server that accepts the connection and then never says a word.
     with trio.fail_after(10):

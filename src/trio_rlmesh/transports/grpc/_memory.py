@@ -80,7 +80,9 @@ async def connect_memory(name: str) -> trio.abc.Stream:
     await trio.lowlevel.checkpoint()
     listener = _registry().get(name)
     if listener is None:
-        raise ConnectionLost(f"nothing listens at memory://{name}", refused=True)
+        raise ConnectionLost(
+            f"could not connect to memory://{name}: nothing listens there", refused=True
+        )
     client, server = trio.testing.memory_stream_pair()
     listener.deliver(server)
     return client
