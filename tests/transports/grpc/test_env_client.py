@@ -417,6 +417,62 @@ async def test_local_timer_when_the_server_sits_on_a_request(
     assert info.value.code is None
 
 
+async def test_stale_replies_are_skipped_after_cancellations(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    """A step cancelled after it was sent leaves a reply nobody waits for; the next step
+    still gets its own reply, whatever the point the cancel hit."""
+    service = FakeEnvService(concurrent=True, hold=lambda r: r.step is not None)
+    with trio.fail_after(20):
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend) as env,
+        ):
+            await env.reset()
+            await service.inbox.receive()  # configure
+            await service.inbox.receive()  # reset
+            for i in range(20):
+                # Cancelled while waiting: the request was sent whole (the fake has it).
+                with trio.CancelScope() as scope:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(env.step, action(1000 + i))
+                        await service.inbox.receive()
+                        scope.cancel()
+                # Cancelled before sending: nothing goes out.
+                with trio.CancelScope() as before:
+                    before.cancel()
+                    await env.step(action(2000 + i))
+                service.held[-1].release.set()  # the cancelled step's reply: stale
+                mine = i % 251
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(env.step, action(mine))
+                    request = await service.inbox.receive()
+                    assert request.step is not None
+                    assert request.step.action is not None
+                    assert request.step.action.leaves == [bytes([mine, 0])]
+                    service.held[-1].release.set()
+            stats = env.statistics()
+            assert stats.stale_replies == 20
+            assert stats.in_flight == 0
+            # And the answers were the right ones.
+            result = await _released_step(env, service, 77)
+            assert result.response.rewards == [77.0]
+    assert len(service.held) == 41
+
+
+async def _released_step(env: object, service: FakeEnvService, i: int) -> object:
+    results: list[object] = []
+
+    async def run() -> None:
+        results.append(await env.step(action(i)))  # type: ignore[attr-defined]
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        await service.inbox.receive()
+        service.held[-1].release.set()
+    return results[0]
+
+
 async def test_unknown_reply_ids_are_skipped(
     backend: BackendName, clock: object, address: Where
 ) -> None:
