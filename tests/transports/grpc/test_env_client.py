@@ -567,6 +567,23 @@ async def test_error_context_from_the_adapter(
     assert info.value.address == fake.address
 
 
+async def test_cancelled_block_still_closes_the_join(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    service = FakeEnvService()
+    with trio.fail_after(10):
+        async with serve_fake_env(service, address("env")) as fake:
+            with trio.CancelScope() as scope:
+                async with open_env_client(fake.address, backend=backend) as env:
+                    await env.reset()
+                    scope.cancel()
+                    await trio.sleep_forever()
+            assert scope.cancelled_caught
+            # The fake saw a proper Close even though the block was cancelled.
+            await service.join_done.wait()
+    assert service.join_ended == ["close"]
+
+
 async def test_a_second_client_after_close_gets_the_slot(
     backend: BackendName, clock: object, address: Where
 ) -> None:

@@ -115,7 +115,9 @@ class JoinMux(Generic[_R]):
         """The reader task: run it in a nursery with ``nursery.start``."""
         failure: BaseException = ConnectionLost("the client closed the Join stream")
         try:
-            with trio.CancelScope() as self._reader:
+            # Shielded: a caller whose block is cancelled still closes the stream properly
+            # (Close and its answer need the reader); :meth:`aclose` ends it.
+            with trio.CancelScope(shield=True) as self._reader:
                 task_status.started()
                 while True:
                     data = await self.call.receive_message()

@@ -104,6 +104,7 @@ class TrioChannel:
         self._nursery = nursery
         self._conn: H2Connection | None = None
         self._connecting = trio.Lock()
+        self._closed = False
 
     @property
     def connection(self) -> H2Connection | None:
@@ -118,7 +119,12 @@ class TrioChannel:
             conn = self._conn
             if conn is not None and conn.failure is None:
                 return conn
+            if self._closed:
+                raise ConnectionLost(f"the channel to {self.label} is closed")
             transport = await connect(self.address)
+            if self._closed:
+                await trio.aclose_forcefully(transport)
+                raise ConnectionLost(f"the channel to {self.label} is closed")
             authority = self.address.authority if self.address.kind == "tcp" else "localhost"
             conn = H2Connection(
                 transport,
@@ -154,6 +160,7 @@ class TrioChannel:
         return await unary_call(self, path, request, metadata, timeout)
 
     async def aclose(self) -> None:
+        self._closed = True
         conn, self._conn = self._conn, None
         if conn is not None:
             with trio.CancelScope(shield=True):
@@ -161,7 +168,10 @@ class TrioChannel:
 
 
 async def _run_connection(conn: H2Connection, *, task_status: trio.TaskStatus[None]) -> None:
-    await conn.run(task_status=task_status)
+    # Shielded: when the caller's block is cancelled, its cleanup (an env client's Close)
+    # still has a connection; the channel's aclose (always run) ends it.
+    with trio.CancelScope(shield=True):
+        await conn.run(task_status=task_status)
 
 
 # ------------------------------------------------------------------------------ server
