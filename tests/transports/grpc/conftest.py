@@ -9,7 +9,9 @@ client of :mod:`.wire`) always run on the trio backend.
   for grpclib (which has no in-memory transport).
 * ``clock`` is trio's autojump clock for the trio backend, so timeouts run in virtual time
   and tests assert exact virtual times; ``None`` (the real clock) for grpclib, whose asyncio
-  loop in a helper thread makes virtual time jump while it works.
+  loop in a helper thread makes virtual time jump while it works. Virtual time also jumps
+  while every task waits on a worker thread, so tests that run env code in threads are
+  guarded in real time (:func:`.servers.within`), never with a virtual ``fail_after``.
 """
 
 from __future__ import annotations
@@ -32,8 +34,16 @@ def backend(request: pytest.FixtureRequest) -> BackendName:
 
 
 @pytest.fixture
-def clock(backend: BackendName) -> trio.testing.MockClock | None:
-    return trio.testing.MockClock(autojump_threshold=0) if backend == "trio" else None
+def clock(
+    backend: BackendName, request: pytest.FixtureRequest
+) -> trio.testing.MockClock | None:
+    """The autojump clock on trio. A test module whose env or model code runs in worker
+    threads sets ``AUTOJUMP_THRESHOLD`` (real seconds of idleness before virtual time
+    jumps), so that time does not jump while a quick worker call is under way."""
+    if backend != "trio":
+        return None
+    threshold = getattr(request.module, "AUTOJUMP_THRESHOLD", 0.0)
+    return trio.testing.MockClock(autojump_threshold=threshold)
 
 
 @pytest.fixture

@@ -1,19 +1,22 @@
-"""serve_env against a raw grpclib client on loopback: handshake, episodes, lanes, vector envs,
-timeouts, render, close, shutdown, idle, auth, conformance and health."""
+"""serve_env on each backend, driven by the raw client: handshake, episodes, lanes, vector
+envs, timeouts, render, close, shutdown, idle, auth, conformance and health.
+
+The server runs on the backend under test over ``memory://`` (trio, autojump clock) or a
+Unix socket (grpclib); env code runs in worker threads unless a test says otherwise, so the
+tests are guarded in real time (:func:`.servers.within`).
+"""
 
 from __future__ import annotations
 
 import functools
 import struct
 import zlib
-from typing import Any
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import trio
-from grpclib.const import Cardinality, Status
-from grpclib.exceptions import GRPCError
 
 from trio_rlmesh.protocol import (
     META_CONFORMANCE_WARNING,
@@ -23,43 +26,35 @@ from trio_rlmesh.protocol import (
     meta_to_python,
     spaces_v1,
 )
-from trio_rlmesh.spaces import Discrete, from_gymnasium
-from trio_rlmesh.transports.grpc._common import HEALTH_CHECK
-from trio_rlmesh.transports.grpc._env_adapter import (
-    EpisodeTracker,
-    StepOutcome,
-    encode_png,
-)
-from trio_rlmesh.transports.grpc._env_server import serve_env
+from trio_rlmesh.protocol._fastwire import encode_env_timing_tail
+from trio_rlmesh.spaces import from_gymnasium
+from trio_rlmesh.transports.grpc import BackendName, serve_env
+from trio_rlmesh.transports.grpc._env_adapter import EpisodeTracker, StepOutcome, WireError, encode_png
+from trio_rlmesh.transports.grpc._handshake import ENV_SHUTDOWN, HEALTH_CHECK
 from trio_rlmesh.transports.grpc._health import HealthCheckRequest, HealthCheckResponse
+from trio_rlmesh.transports.grpc._status import GrpcError, Status
 
-from .env_server_support import SlowEnv, handshake_request, raw_client, running_server
+from .servers import (
+    Code,
+    DriftingEnv,
+    Gate,
+    ToyEnv,
+    close,
+    env_handshake,
+    env_join,
+    handshake_request,
+    obs_f32,
+    reset,
+    serving,
+    step,
+    within,
+)
+from .wire import open_raw_client
 
-pytestmark = pytest.mark.network
+Where = Callable[[str], str]
 
-Code = env_v1.EnvErrorCode
-
-
-def discrete_action(*values: int) -> spaces_v1.SpaceValue:
-    return spaces_v1.SpaceValue(leaves=[np.asarray(values, dtype="<i8").tobytes()])
-
-
-def step(request_id: str, *values: int, **kwargs: Any) -> env_v1.JoinRequest:
-    return env_v1.JoinRequest(
-        request_id=request_id,
-        step=env_v1.StepRequest(action=discrete_action(*values), **kwargs),
-    )
-
-
-def reset(request_id: str, **kwargs: Any) -> env_v1.JoinRequest:
-    return env_v1.JoinRequest(request_id=request_id, reset=env_v1.ResetRequest(**kwargs))
-
-
-def obs_f32(response: env_v1.JoinResponse) -> np.ndarray:
-    body = response.reset or response.step
-    assert body is not None, response
-    assert body.observation is not None
-    return np.frombuffer(body.observation.leaves[0], dtype="<f4")
+AUTOJUMP_THRESHOLD = 0.2
+"""Env calls run in worker threads: virtual time waits this long (real) before jumping."""
 
 
 def assert_timed(response: env_v1.JoinResponse) -> None:
@@ -74,7 +69,7 @@ def assert_timed(response: env_v1.JoinResponse) -> None:
 # --------------------------------------------------------------------------------- handshake
 
 
-async def test_handshake_cartpole_contract() -> None:
+async def test_handshake_cartpole_contract(backend: BackendName, address: Where) -> None:
     env = gym.make("CartPole-v1")
     expected = make_env_contract(
         "CartPole-v1",
@@ -82,9 +77,12 @@ async def test_handshake_cartpole_contract() -> None:
         from_gymnasium(env.action_space),
         env.metadata,
     )
-    with trio.fail_after(20):
-        async with running_server(env) as address, raw_client(address) as client:
-            response = await client.handshake()
+    with within(20):
+        async with (
+            serving(serve_env, env, address("env"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+        ):
+            response = await env_handshake(raw)
             assert response.base is not None
             assert response.base.compatible
             assert response.base.capabilities == {"subset_step": "true"}
@@ -94,7 +92,7 @@ async def test_handshake_cartpole_contract() -> None:
             assert response.base.peer_info.component == "rlmesh-env"
             assert response.env_contract == expected
 
-            wrong = await client.handshake(handshake_request("rlmesh-wire-v0"))
+            wrong = await env_handshake(raw, handshake_request("rlmesh-wire-v0"))
             assert wrong.base is not None
             assert not wrong.base.compatible
             assert wrong.base.error_message == (
@@ -102,8 +100,8 @@ async def test_handshake_cartpole_contract() -> None:
             )
             assert wrong.env_contract is None
 
-            with pytest.raises(GRPCError) as info:
-                await client.handshake(env_v1.HandshakeRequest())
+            with pytest.raises(GrpcError) as info:
+                await env_handshake(raw, env_v1.HandshakeRequest())
             assert info.value.status is Status.INVALID_ARGUMENT
             assert info.value.message == "handshake request missing base"
 
@@ -111,14 +109,14 @@ async def test_handshake_cartpole_contract() -> None:
 # --------------------------------------------------------------------------------- episodes
 
 
-async def test_cartpole_episode_matches_local_env() -> None:
+async def test_cartpole_episode_matches_local_env(backend: BackendName, address: Where) -> None:
     local = gym.make("CartPole-v1")
     expected_obs, _ = local.reset(seed=3)
-    with trio.fail_after(20):
+    with within(30):
         async with (
-            running_server(gym.make("CartPole-v1")) as address,
-            raw_client(address) as client,
-            client.join() as join,
+            serving(serve_env, gym.make("CartPole-v1"), address("env"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            env_join(raw) as join,
         ):
             configured = await join.call(
                 env_v1.JoinRequest(
@@ -156,19 +154,19 @@ async def test_cartpole_episode_matches_local_env() -> None:
             assert done.terminated == terminated
             assert done.start_timestamp_ns <= done.end_timestamp_ns
             assert done.final_info == spaces_v1.MetaMap()
-            closed = await join.call(
-                env_v1.JoinRequest(request_id="end", close=env_v1.CloseEnvsRequest())
-            )
+            closed = await join.call(close("end"))
             assert closed.close == env_v1.CloseEnvsResponse()
-            assert await join.recv() is None
+            assert await join.receive() is None  # the server ends the stream with OK
 
 
-async def test_interrupted_episode_and_close_final_episodes() -> None:
-    with trio.fail_after(20):
+async def test_interrupted_episode_and_close_final_episodes(
+    backend: BackendName, address: Where
+) -> None:
+    with within(20):
         async with (
-            running_server(SlowEnv(episode_length=100)) as address,
-            raw_client(address) as client,
-            client.join() as join,
+            serving(serve_env, ToyEnv(episode_length=100), address("env"), backend=backend) as s,
+            open_raw_client(s.address) as raw,
+            env_join(raw) as join,
         ):
             await join.call(reset("r1", seeds=[0], episode_ids=["first"]))
             await join.call(step("s1", 1))
@@ -183,9 +181,7 @@ async def test_interrupted_episode_and_close_final_episodes() -> None:
             assert not interrupted.terminated
             assert interrupted.truncated
             assert interrupted.final_info is None
-            closed = await join.call(
-                env_v1.JoinRequest(request_id="c", close=env_v1.CloseEnvsRequest())
-            )
+            closed = await join.call(close("c"))
             assert closed.close is not None
             [last] = closed.close.final_episodes
             assert last.episode_id == "second"
@@ -194,12 +190,12 @@ async def test_interrupted_episode_and_close_final_episodes() -> None:
             assert last.truncated
 
 
-async def test_reset_options_and_info() -> None:
-    with trio.fail_after(20):
+async def test_reset_options_and_info(backend: BackendName, address: Where) -> None:
+    with within(20):
         async with (
-            running_server(SlowEnv()) as address,
-            raw_client(address) as client,
-            client.join() as join,
+            serving(serve_env, ToyEnv(), address("env"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            env_join(raw) as join,
         ):
             options = spaces_v1.MetaMap(entries={"trial_index": spaces_v1.MetaValue(integer=0)})
             response = await join.call(reset("r", seeds=[5], options=options))
@@ -210,12 +206,12 @@ async def test_reset_options_and_info() -> None:
             }
 
 
-async def test_step_final_info_is_lane_info() -> None:
-    with trio.fail_after(20):
+async def test_step_final_info_is_lane_info(backend: BackendName, address: Where) -> None:
+    with within(20):
         async with (
-            running_server(SlowEnv(episode_length=1)) as address,
-            raw_client(address) as client,
-            client.join() as join,
+            serving(serve_env, ToyEnv(episode_length=1), address("env"), backend=backend) as s,
+            open_raw_client(s.address) as raw,
+            env_join(raw) as join,
         ):
             await join.call(reset("r", episode_ids=["e"]))
             response = await join.call(step("s", 1))
@@ -227,33 +223,38 @@ async def test_step_final_info_is_lane_info() -> None:
 # --------------------------------------------------------------------------------- lanes
 
 
-async def test_lane_endpoint_answers_out_of_order() -> None:
-    delays = iter([0.6, 0.0, 0.0])
-    with trio.fail_after(20):
+async def test_lane_endpoint_answers_out_of_order(backend: BackendName, address: Where) -> None:
+    gate = Gate()
+    gates = iter([gate, None, None])
+    with within(20):
 
-        def factory() -> SlowEnv:
-            return SlowEnv(delay=next(delays))
+        def factory() -> ToyEnv:
+            return ToyEnv(gate=next(gates))
 
         async with (
-            running_server(factory, num_envs=3) as address,
-            raw_client(address) as client,
+            serving(serve_env, factory, address("env"), num_envs=3, backend=backend) as served,
+            open_raw_client(served.address) as raw,
         ):
-            handshake = await client.handshake()
+            handshake = await env_handshake(raw)
             assert handshake.env_contract is not None
             assert handshake.env_contract.num_envs == 3
             assert handshake.env_contract.autoreset_mode == core_v1.AutoresetMode.DISABLED
             assert handshake.base is not None
             assert handshake.base.capabilities == {"subset_step": "true"}
-            async with client.join() as join:
+            async with env_join(raw) as join:
                 full = await join.call(reset("r", seeds=[1, 2, 3], episode_ids=["a", "b", "c"]))
                 assert full.reset is not None
                 assert full.reset.observation is not None
                 assert len(full.reset.observation.leaves[0]) == 3 * 4
                 for lane in range(3):
                     await join.send(step(f"lane{lane}", 1, env_indices=[lane]))
-                replies = [await join.recv() for _ in range(3)]
+                # Lane 0 is held in its env: the other lanes answer meanwhile.
+                replies = [await join.receive() for _ in range(2)]
+                await gate.entered.wait()
+                gate.release()
+                replies.append(await join.receive())
                 order = [r.request_id for r in replies if r is not None]
-                assert order[-1] == "lane0"  # the slow lane answers last
+                assert order[-1] == "lane0"
                 assert sorted(order) == ["lane0", "lane1", "lane2"]
                 for reply in replies:
                     assert reply is not None
@@ -264,12 +265,12 @@ async def test_lane_endpoint_answers_out_of_order() -> None:
                     assert len(reply.step.terminated_mask) == 1
 
 
-async def test_lane_partial_reset_validation() -> None:
-    with trio.fail_after(20):
+async def test_lane_partial_reset_validation(backend: BackendName, address: Where) -> None:
+    with within(20):
         async with (
-            running_server([SlowEnv(), SlowEnv()]) as address,
-            raw_client(address) as client,
-            client.join() as join,
+            serving(serve_env, [ToyEnv(), ToyEnv()], address("env"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            env_join(raw) as join,
         ):
             for bad in (
                 {"env_indices": [2]},
@@ -289,13 +290,16 @@ async def test_lane_partial_reset_validation() -> None:
 # --------------------------------------------------------------------------------- vector
 
 
-async def test_vector_env_next_step_autoreset() -> None:
+async def test_vector_env_next_step_autoreset(backend: BackendName, address: Where) -> None:
     envs = gym.vector.SyncVectorEnv(
-        [functools.partial(SlowEnv, episode_length=length) for length in (2, 3)]
+        [functools.partial(ToyEnv, episode_length=length) for length in (2, 3)]
     )
-    with trio.fail_after(20):
-        async with running_server(envs) as address, raw_client(address) as client:
-            handshake = await client.handshake()
+    with within(20):
+        async with (
+            serving(serve_env, envs, address("env"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+        ):
+            handshake = await env_handshake(raw)
             assert handshake.base is not None
             assert handshake.base.capabilities == {}
             contract = handshake.env_contract
@@ -305,7 +309,7 @@ async def test_vector_env_next_step_autoreset() -> None:
             assert contract.spec is not None
             assert contract.spec.observation_space is not None
             assert contract.spec.observation_space.shape == [1]
-            async with client.join() as join:
+            async with env_join(raw) as join:
                 await join.call(reset("r", seeds=[1, 2], episode_ids=["a0", "b0"]))
                 subset = await join.call(step("s", 1, env_indices=[0]))
                 assert subset.error is not None
@@ -326,41 +330,47 @@ async def test_vector_env_next_step_autoreset() -> None:
                 assert three.step.terminated_mask == b"\x00\x01"
                 [done_b] = three.step.completed_episodes
                 assert done_b.episode_id == "b0"
-                closed = await join.call(
-                    env_v1.JoinRequest(request_id="c", close=env_v1.CloseEnvsRequest())
-                )
+                closed = await join.call(close("c"))
                 assert closed.close is not None
                 assert [e.episode_id for e in closed.close.final_episodes] == ["a1"]
 
 
-async def test_vector_step_before_reset_is_a_next_step_violation() -> None:
-    envs = gym.vector.SyncVectorEnv([SlowEnv, SlowEnv])
-    with trio.fail_after(20):
+async def test_vector_step_before_reset_is_a_next_step_violation_and_ends_the_join(
+    backend: BackendName, address: Where
+) -> None:
+    envs = gym.vector.SyncVectorEnv([ToyEnv, ToyEnv])
+    with within(20):
         async with (
-            running_server(envs) as address,
-            raw_client(address) as client,
-            client.join() as join,
+            serving(serve_env, envs, address("env"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            env_join(raw) as join,
         ):
             response = await join.call(step("s", 0, 0))
             assert response.error is not None
             assert response.error.code == Code.INTERNAL
             assert not response.error.is_recoverable
+            # Non-recoverable: the server ends the Join with OK, as RLMesh does.
+            assert await join.raw.status() == (Status.OK, "")
 
 
 # --------------------------------------------------------------------------------- timeouts
 
 
-async def test_timeout_answers_then_drains_late_op() -> None:
-    with trio.fail_after(20):
+async def test_timeout_answers_then_drains_late_op(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    gate = Gate()
+    with within(20):
         async with (
-            running_server(SlowEnv(delay=0.5)) as address,
-            raw_client(address) as client,
-            client.join() as join,
+            serving(serve_env, ToyEnv(gate=gate), address("env"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            env_join(raw) as join,
         ):
             await join.call(reset("r", episode_ids=["e"]))
             started = trio.current_time()
             late = await join.call(step("late", 1, timeout_ms=50))
-            assert trio.current_time() - started < 0.45
+            if clock is not None:  # virtual time: the answer came exactly at the deadline
+                assert trio.current_time() - started == pytest.approx(0.05)
             assert late.error is not None
             assert late.error.code == Code.TIMEOUT
             assert late.error.is_recoverable
@@ -368,13 +378,13 @@ async def test_timeout_answers_then_drains_late_op() -> None:
             assert late.endpoint_total_ns is not None
             # The next step on the lane waits for the late one, whose result is dropped
             # (the tracker never counted it).
-            nxt = await join.call(step("next", 1))
-            assert trio.current_time() - started >= 0.9
+            await join.send(step("next", 1))
+            gate.release()
+            nxt = await join.receive()
+            assert nxt is not None
             assert nxt.step is not None
             assert obs_f32(nxt).tolist() == [2.0]
-            closed = await join.call(
-                env_v1.JoinRequest(request_id="c", close=env_v1.CloseEnvsRequest())
-            )
+            closed = await join.call(close("c"))
             assert closed.close is not None
             assert closed.close.final_episodes[0].step_count == 1
 
@@ -382,12 +392,14 @@ async def test_timeout_answers_then_drains_late_op() -> None:
 # --------------------------------------------------------------------------------- render
 
 
-async def test_render_png() -> None:
-    with trio.fail_after(20):
+async def test_render_png(backend: BackendName, address: Where) -> None:
+    with within(20):
         async with (
-            running_server(SlowEnv(render_mode="rgb_array")) as address,
-            raw_client(address) as client,
-            client.join() as join,
+            serving(
+                serve_env, ToyEnv(render_mode="rgb_array"), address("env"), backend=backend
+            ) as served,
+            open_raw_client(served.address) as raw,
+            env_join(raw) as join,
         ):
             await join.call(reset("r", seeds=[0]))
             response = await join.call(
@@ -407,12 +419,12 @@ async def test_render_png() -> None:
             assert many.error.code == Code.UNSUPPORTED
 
 
-async def test_render_without_frame() -> None:
-    with trio.fail_after(20):
+async def test_render_without_frame(backend: BackendName, address: Where) -> None:
+    with within(20):
         async with (
-            running_server(SlowEnv()) as address,
-            raw_client(address) as client,
-            client.join() as join,
+            serving(serve_env, ToyEnv(), address("env"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            env_join(raw) as join,
         ):
             await join.call(reset("r", seeds=[0]))
             response = await join.call(
@@ -465,56 +477,67 @@ def test_png_encoder_rejects_other_shapes() -> None:
 # --------------------------------------------------------------------------------- lifecycle
 
 
-async def test_remote_shutdown_disabled_then_enabled() -> None:
-    with trio.fail_after(20):
-        async with running_server(SlowEnv()) as address, raw_client(address) as client:
-            refused = await client.shutdown("test")
+async def test_remote_shutdown_disabled_then_enabled(backend: BackendName, address: Where) -> None:
+    request = env_v1.ShutdownRequest(base=core_v1.ShutdownRequest(reason="bye"))
+    with within(20):
+        async with (
+            serving(serve_env, ToyEnv(), address("a"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+        ):
+            refused = await raw.unary(ENV_SHUTDOWN, request, env_v1.ShutdownResponse)
             assert refused.base == core_v1.ShutdownResponse(
                 message="remote shutdown is disabled for this environment endpoint"
             )
-        async with trio.open_nursery() as nursery:
-            address = await nursery.start(
-                lambda task_status: serve_env(
-                    SlowEnv(), allow_remote_shutdown=True, task_status=task_status
-                )
-            )
-            async with raw_client(address) as client:
-                accepted = await client.shutdown("bye")
+        async with serving(
+            serve_env, ToyEnv(), address("b"), allow_remote_shutdown=True, backend=backend
+        ) as served:
+            async with open_raw_client(served.address) as raw:
+                accepted = await raw.unary(ENV_SHUTDOWN, request, env_v1.ShutdownResponse)
                 assert accepted.base == core_v1.ShutdownResponse(
                     accepted=True, message="shutdown accepted: bye"
                 )
-        # serve_env returned by itself: the nursery closed without a cancel.
+            # serve_env returns by itself.
+            await served.returned.wait()
+            assert not served.scope.cancel_called
 
 
-async def test_idle_timeout_stops_server() -> None:
-    with trio.fail_after(20):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(
-                lambda task_status: serve_env(SlowEnv(), idle_timeout=0.2, task_status=task_status)
-            )
+async def test_idle_timeout_stops_server(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    with within(20):
+        async with serving(
+            serve_env, ToyEnv(), address("env"), idle_timeout=0.2, backend=backend
+        ) as served:
+            started = trio.current_time()
+            await served.returned.wait()
+            assert not served.scope.cancel_called
+            if clock is not None:
+                assert trio.current_time() - started == pytest.approx(0.2)
 
 
-async def test_token_required() -> None:
-    with trio.fail_after(20):
-        async with running_server(SlowEnv(), token="s3cret") as address:
+async def test_token_required(backend: BackendName, address: Where) -> None:
+    with within(20):
+        async with serving(
+            serve_env, ToyEnv(), address("env"), token="s3cret", backend=backend
+        ) as served:
             for token in (None, "wrong", "Bearer s3cret"):
-                async with raw_client(address, token) as client:
-                    with pytest.raises(GRPCError) as info:
-                        await client.handshake()
+                async with open_raw_client(served.address, token=token) as raw:
+                    with pytest.raises(GrpcError) as info:
+                        await env_handshake(raw)
                     assert info.value.status is Status.UNAUTHENTICATED
                     assert info.value.message == "invalid env token"
-            async with raw_client(address, "s3cret") as client:
-                assert (await client.handshake()).env_contract is not None
-                async with client.join() as join:
+            async with open_raw_client(served.address, token="s3cret") as raw:
+                assert (await env_handshake(raw)).env_contract is not None
+                async with env_join(raw) as join:
                     assert (await join.call(reset("r"))).reset is not None
 
 
-async def test_configure_edition_check() -> None:
-    with trio.fail_after(20):
+async def test_configure_edition_check(backend: BackendName, address: Where) -> None:
+    with within(20):
         async with (
-            running_server(SlowEnv()) as address,
-            raw_client(address) as client,
-            client.join() as join,
+            serving(serve_env, ToyEnv(), address("env"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            env_join(raw) as join,
         ):
             empty = await join.call(
                 env_v1.JoinRequest(request_id="a", configure=env_v1.ConfigureEnvRequest())
@@ -529,26 +552,23 @@ async def test_configure_edition_check() -> None:
             assert bad.error is not None
             assert bad.error.code == Code.INVALID_ACTION
             assert not bad.error.is_recoverable
+            # Non-recoverable: the stream ends (OK) after the error.
+            assert await join.raw.status() == (Status.OK, "")
 
 
 # --------------------------------------------------------------------------------- conformance
 
 
-class DriftingEnv(SlowEnv):
-    """Observations leave the Box bounds after one step; NaN after three."""
-
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        _, reward, _, truncated, info = super().step(action)
-        value = [np.nan] if self.t >= 3 else [50.0]
-        return np.array(value, np.float32), reward, False, truncated, info
-
-
-async def test_conformance_warn_once_and_nan_rejected() -> None:
-    with trio.fail_after(20):
+async def test_conformance_warn_once_and_nan_rejected(
+    backend: BackendName, address: Where
+) -> None:
+    with within(20):
         async with (
-            running_server(DriftingEnv(episode_length=100)) as address,
-            raw_client(address) as client,
-            client.join() as join,
+            serving(
+                serve_env, DriftingEnv(episode_length=100), address("env"), backend=backend
+            ) as served,
+            open_raw_client(served.address) as raw,
+            env_join(raw) as join,
         ):
             await join.call(reset("r"))
             first = await join.call(step("s1", 1))
@@ -566,12 +586,14 @@ async def test_conformance_warn_once_and_nan_rejected() -> None:
             assert "NaN" in nan.error.message
 
 
-async def test_action_out_of_domain_is_invalid_action() -> None:
-    with trio.fail_after(20):
+async def test_action_out_of_domain_is_invalid_action(
+    backend: BackendName, address: Where
+) -> None:
+    with within(20):
         async with (
-            running_server(SlowEnv()) as address,
-            raw_client(address) as client,
-            client.join() as join,
+            serving(serve_env, ToyEnv(), address("env"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            env_join(raw) as join,
         ):
             await join.call(reset("r"))
             response = await join.call(step("s", 7))
@@ -580,12 +602,14 @@ async def test_action_out_of_domain_is_invalid_action() -> None:
             assert response.error.is_recoverable
 
 
-async def test_strict_policy_rejects_range_deviation() -> None:
-    with trio.fail_after(20):
+async def test_strict_policy_rejects_range_deviation(backend: BackendName, address: Where) -> None:
+    with within(20):
         async with (
-            running_server(DriftingEnv(), validation="strict") as address,
-            raw_client(address) as client,
-            client.join() as join,
+            serving(
+                serve_env, DriftingEnv(), address("env"), validation="strict", backend=backend
+            ) as served,
+            open_raw_client(served.address) as raw,
+            env_join(raw) as join,
         ):
             await join.call(reset("r"))
             response = await join.call(step("s", 1))
@@ -594,15 +618,15 @@ async def test_strict_policy_rejects_range_deviation() -> None:
 
 
 async def test_policy_comes_from_the_environment_when_not_given(
-    monkeypatch: pytest.MonkeyPatch,
+    backend: BackendName, address: Where, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Like RLMesh's servers, RLMESH_VALIDATION_POLICY picks the policy by default.
     monkeypatch.setenv("RLMESH_VALIDATION_POLICY", " Strict ")
-    with trio.fail_after(20):
+    with within(20):
         async with (
-            running_server(DriftingEnv()) as address,
-            raw_client(address) as client,
-            client.join() as join,
+            serving(serve_env, DriftingEnv(), address("env"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            env_join(raw) as join,
         ):
             await join.call(reset("r"))
             response = await join.call(step("s", 1))
@@ -613,37 +637,34 @@ async def test_policy_comes_from_the_environment_when_not_given(
 # --------------------------------------------------------------------------------- health
 
 
-async def _health(client: Any, service: str) -> HealthCheckResponse:
-    async def call() -> HealthCheckResponse:
-        async with client.channel.request(
-            HEALTH_CHECK, Cardinality.UNARY_UNARY, HealthCheckRequest, HealthCheckResponse
-        ) as stream:
-            await stream.send_message(HealthCheckRequest(service), end=True)
-            reply: HealthCheckResponse = await stream.recv_message()
-            return reply
-
-    result: HealthCheckResponse = await client.portal.run(call)
-    return result
-
-
-async def test_health_check_not_stalled_by_slow_env() -> None:
-    with trio.fail_after(20):
+async def test_health_check_not_stalled_by_a_stuck_env(
+    backend: BackendName, address: Where
+) -> None:
+    gate = Gate()
+    with within(20):
         async with (
-            running_server(SlowEnv(delay=1.0)) as address,
-            raw_client(address) as client,
-            raw_client(address) as prober,
+            serving(serve_env, ToyEnv(gate=gate), address("env"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            open_raw_client(served.address) as prober,
         ):
-            assert (await _health(prober, "")).status == 1
-            with pytest.raises(GRPCError) as info:
-                await _health(prober, "rlmesh.env.v1.EnvService")
+            health = await prober.unary_bytes(HEALTH_CHECK, HealthCheckRequest("").SerializeToString())
+            assert HealthCheckResponse.FromString(health).status == 1
+            with pytest.raises(GrpcError) as info:
+                await prober.unary_bytes(
+                    HEALTH_CHECK, HealthCheckRequest("rlmesh.env.v1.EnvService").SerializeToString()
+                )
             assert info.value.status is Status.NOT_FOUND
-            async with client.join() as join:
+            async with env_join(raw) as join:
                 await join.call(reset("r"))
-                await join.send(step("slow", 1))
-                started = trio.current_time()
-                assert (await _health(prober, "")).status == 1
-                assert trio.current_time() - started < 0.5
-                response = await join.recv()
+                await join.send(step("stuck", 1))
+                await gate.entered.wait()
+                # The env is stuck in its worker: health still answers, at once.
+                health = await prober.unary_bytes(
+                    HEALTH_CHECK, HealthCheckRequest("").SerializeToString()
+                )
+                assert HealthCheckResponse.FromString(health).status == 1
+                gate.release()
+                response = await join.receive()
                 assert response is not None
                 assert response.step is not None
 
@@ -658,8 +679,6 @@ def test_tracker_rejects_next_step_violations_without_mutation() -> None:
         [StepOutcome(0, 1.0, True, False, None), StepOutcome(1, 1.0, False, False, None)]
     )
     assert [e.episode_id for e in done] == ["a"]
-    from trio_rlmesh.transports.grpc._env_adapter import WireError
-
     for bad in (StepOutcome(0, 0.0, True, False, None), StepOutcome(0, 0.5, False, False, None)):
         with pytest.raises(WireError):
             tracker.on_step([bad, StepOutcome(1, 1.0, False, False, None)])
@@ -683,22 +702,25 @@ def test_tracker_interrupted_buffer_is_bounded() -> None:
 
 async def test_serve_env_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError, match="num_envs > 1 needs a factory"):
-        await serve_env(SlowEnv(), num_envs=2)
+        await serve_env(ToyEnv(), num_envs=2)
     with pytest.raises(ValueError, match="autoreset"):
-        await serve_env(SlowEnv(), autoreset="same-step")  # type: ignore[arg-type]
-    assert Discrete(2)  # keep the import used for readers of this module
+        await serve_env(ToyEnv(), autoreset="same-step")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="token must not be empty"):
+        await serve_env(ToyEnv(), token="")
+    with pytest.raises(ValueError, match="unknown gRPC backend"):
+        await serve_env(ToyEnv(), backend="asyncio")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="env_calls"):
+        await serve_env(ToyEnv(), env_calls="process")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
     "values", [(0, 0, 0, 0, 0), (1, 127, 128, 2**40, 2**64 - 1), (5, 6, 7, 8, 9)]
 )
-def test_timing_fields_match_betterproto(values: tuple[int, ...]) -> None:
-    from trio_rlmesh.transports.grpc._env_server import timing_fields
-
+def test_timing_tail_matches_betterproto(values: tuple[int, ...]) -> None:
     total, decode, user, encode, queue = values
     expected = env_v1.JoinResponse(
         endpoint_total_ns=total, decode_ns=decode, user_ns=user, encode_ns=encode, queue_ns=queue
     )
-    assert timing_fields(
+    assert encode_env_timing_tail(
         total_ns=total, decode_ns=decode, user_ns=user, encode_ns=encode, queue_ns=queue
     ) == bytes(expected)
