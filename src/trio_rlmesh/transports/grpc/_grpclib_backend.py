@@ -44,7 +44,7 @@ from grpclib.encoding.base import CodecBase
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 from grpclib.exceptions import ProtocolError as _GrpclibProtocolError
 
-from ..._nursery import background_nursery
+from ..._nursery import shielded_nursery
 from ._address import Address, parse_address, parse_bind_address
 from ._backend import BackendName, Handler, handler_outcome
 from ._framing import HEADER_SIZE, check_header
@@ -735,7 +735,10 @@ class GrpclibBackend:
         """Serve ``handlers`` on ``address`` for the duration of the block."""
         bind = _checked(parse_bind_address(address))
         token = trio.lowlevel.current_trio_token()
-        async with open_portal() as portal, background_nursery() as nursery:
+        # The trio handlers run in a shielded nursery: a stop arrives as a cancellation of
+        # this block, and the calls must outlive it until shutdown() has drained them and
+        # given each its status.
+        async with open_portal() as portal, shielded_nursery() as nursery:
             bridge = _Bridge(portal, token, nursery, handlers, settings)
 
             async def start() -> tuple[TrackedServer, str]:

@@ -17,7 +17,7 @@ from typing import Final
 import attrs
 import trio
 
-from ..._nursery import background_nursery
+from ..._nursery import background_nursery, shielded_nursery
 from ._address import Address, parse_address, parse_bind_address
 from ._backend import BackendName, Handler, handler_outcome, unary_call
 from ._h2 import H2Connection, H2Stream
@@ -357,8 +357,11 @@ class TrioBackend:
         """Serve ``handlers`` on ``address`` for the duration of the block."""
         listeners, bound = await _listen(parse_bind_address(address))
         server = TrioServer(listeners, bound, handlers, settings)
-        async with background_nursery() as nursery:
-            nursery.start_soon(server.accept_loop, nursery)
+        # Connections (and the calls on them) live in a shielded nursery: a stop arrives as
+        # a cancellation of this block, and the calls must outlive it until shutdown() has
+        # drained them and given each its status.
+        async with background_nursery() as nursery, shielded_nursery() as connections:
+            nursery.start_soon(server.accept_loop, connections)
             try:
                 yield server
             finally:
