@@ -13,8 +13,18 @@ import gymnasium as gym
 import numpy as np
 import trio
 
-from trio_rlmesh.protocol import PROTOCOL_GENERATION, WORKFLOW_EDITION, core_v1, env_v1, spaces_v1
-from trio_rlmesh.transports.grpc._handshake import ENV_HANDSHAKE, ENV_JOIN, peer_info
+from tests.model.helpers import OBS, predict_request
+from trio_rlmesh.protocol import (
+    PROTOCOL_GENERATION,
+    WORKFLOW_EDITION,
+    core_v1,
+    env_v1,
+    model_v1,
+    spaces_v1,
+)
+from trio_rlmesh.protocol._spacespec import space_to_spec
+from trio_rlmesh.spaces import Box
+from trio_rlmesh.transports.grpc._handshake import ENV_HANDSHAKE, ENV_JOIN, MODEL_JOIN, peer_info
 
 from .wire import RawClient, RawStream
 
@@ -242,3 +252,100 @@ async def env_join(raw: RawClient) -> AsyncIterator[EnvJoin]:
         yield EnvJoin(call)
     finally:
         call.reset()
+
+
+# ----------------------------------------------------------------------------- model requests
+
+
+def model_handshake_request() -> model_v1.HandshakeRequest:
+    return model_v1.HandshakeRequest(
+        base=core_v1.HandshakeRequest(
+            protocol_generation=PROTOCOL_GENERATION,
+            peer_info=peer_info("rlmesh-model"),
+            supported_workflow_editions=[WORKFLOW_EDITION],
+            preferred_workflow_edition=WORKFLOW_EDITION,
+        )
+    )
+
+
+MODEL_SPEC = core_v1.EnvSpec(
+    id="Toy-v0",
+    observation_space=space_to_spec(OBS),
+    action_space=space_to_spec(Box.from_bounds(-100.0, 100.0, shape=(2,))),
+)
+
+
+def resolve(env_id: str, spec: core_v1.EnvSpec = MODEL_SPEC, h: int = 1) -> model_v1.JoinRequest:
+    return model_v1.JoinRequest(
+        request_id=f"{env_id}:resolve_adapter",
+        resolve_adapter=model_v1.ResolveAdapterRequest(
+            context=model_v1.AdapterContext(
+                session_id="s", env_id=env_id, request_id=f"{env_id}:resolve_adapter"
+            ),
+            env_spec=spec,
+            selected_workflow_edition=WORKFLOW_EDITION,
+            execution_horizon=h,
+            delivers_history=True,
+        ),
+    )
+
+
+def predict(env_id: str, values: list[float], request_id: str | None = None) -> model_v1.JoinRequest:
+    request = predict_request(env_id, values, request_id=request_id)
+    assert request.context is not None
+    return model_v1.JoinRequest(request_id=request.context.request_id, predict=request)
+
+
+class ModelJoin:
+    """A Join stream of the raw client, speaking model messages."""
+
+    def __init__(self, call: RawStream) -> None:
+        self.raw = call
+
+    async def send(self, request: model_v1.JoinRequest | bytes, *, end: bool = False) -> None:
+        await self.raw.send(request, end=end)
+
+    async def receive(self) -> model_v1.JoinResponse | None:
+        return await self.raw.receive(model_v1.JoinResponse)
+
+    async def call(self, request: model_v1.JoinRequest) -> model_v1.JoinResponse:
+        return await self.raw.call(request, model_v1.JoinResponse)
+
+
+@contextlib.asynccontextmanager
+async def model_join(raw: RawClient) -> AsyncIterator[ModelJoin]:
+    call = await raw.open(MODEL_JOIN)
+    try:
+        yield ModelJoin(call)
+    finally:
+        call.reset()
+
+
+# ----------------------------------------------------------------------------- protobuf bytes
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def pb_field(number: int, wire_type: int, payload: bytes | int) -> bytes:
+    """One protobuf field: varint payloads for wire type 0, length-delimited for 2."""
+    key = varint(number << 3 | wire_type)
+    if wire_type == 0:
+        assert isinstance(payload, int)
+        return key + varint(payload)
+    assert isinstance(payload, bytes)
+    return key + varint(len(payload)) + payload
+
+
+def field_number(message_type: type[Any], name: str) -> int:
+    number: int = message_type._betterproto.meta_by_field_name[name].number  # type: ignore[attr-defined]
+    return number
