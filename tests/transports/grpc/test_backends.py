@@ -223,6 +223,27 @@ async def test_bidi_streaming_in_lockstep_pipelined_and_server_streaming(
                 await call.aclose()
 
 
+@pytest.mark.parametrize("size", [16 * 1024 + 1, 200_000])
+async def test_large_messages_both_ways(
+    pair: tuple[BackendName, BackendName], pair_clock: object, sockdir: Path, size: int
+) -> None:
+    """Above one 16 KiB frame, and (9 MiB) above the stream and connection windows' worth
+    of unacknowledged data, in both directions."""
+    payload = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    with within(30):
+        async with serve_and_connect(pair, sockdir) as p:
+            assert await p.channel.unary(UNARY, payload) == payload
+            call = await p.channel.open_call(BIDI)
+            try:
+                await call.send_message(payload)
+                await call.send_message(b"many:2:%d" % size)
+                assert await call.receive_message() == payload
+                assert await call.receive_message() == b"\x00" * size
+                assert await call.receive_message() == b"\x01" * size
+            finally:
+                await call.aclose()
+
+
 async def test_metadata_carries_the_raw_token(
     pair: tuple[BackendName, BackendName], pair_clock: object, sockdir: Path
 ) -> None:

@@ -332,6 +332,10 @@ class H2Connection:
                 h2.settings.SettingCodes.ENABLE_PUSH: 0,
             },
         )
+        # h2 reads the inbound frame limit from its settings only when it is built (and on
+        # a change the peer acknowledges); settings given as initial values never change,
+        # so tell it here, or every frame above 16 KiB would be a FRAME_SIZE_ERROR.
+        self._h2.max_inbound_frame_size = settings.max_frame_size
         self._streams: dict[int, H2Stream] = {}
         self._failure: ConnectionLost | None = None
         self._outbox: list[bytes] = []
