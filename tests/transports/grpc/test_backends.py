@@ -223,7 +223,7 @@ async def test_bidi_streaming_in_lockstep_pipelined_and_server_streaming(
                 await call.aclose()
 
 
-@pytest.mark.parametrize("size", [16 * 1024 + 1, 200_000])
+@pytest.mark.parametrize("size", [16 * 1024 + 1, 200_000, 9 * 1024 * 1024])
 async def test_large_messages_both_ways(
     pair: tuple[BackendName, BackendName], pair_clock: object, sockdir: Path, size: int
 ) -> None:

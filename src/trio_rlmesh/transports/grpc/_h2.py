@@ -493,7 +493,10 @@ class H2Connection:
                 )
                 if room <= 0:
                     await self.flush()
-                    await self._window.park()
+                    # Credit may have arrived while flushing (its wake-up found nobody
+                    # parked): look again before waiting for more.
+                    if self._h2.local_flow_control_window(sid) <= 0:
+                        await self._window.park()
                     continue
                 chunk, payload = payload[:room], payload[room:]
                 self._h2.send_data(sid, chunk, end_stream=end and not payload)
