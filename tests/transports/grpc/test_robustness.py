@@ -365,6 +365,52 @@ async def test_a_message_above_the_limit_is_refused_before_its_body_arrives(
             await served(where)
 
 
+def big_step() -> env_v1.JoinRequest:
+    """6 MiB: more than the server's stream window lets a client send unacknowledged."""
+    return env_v1.JoinRequest(
+        request_id="big",
+        step=env_v1.StepRequest(action=spaces_v1.SpaceValue(leaves=[b"\x00" * 6 * 1024 * 1024])),
+    )
+
+
+async def test_a_whole_oversized_message_is_refused_and_the_next_client_served(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    """The sender, stopped by flow control mid-message, learns the status at once (the
+    server refused at the header and reset the stream); its connection stays usable."""
+    with within(20):
+        async with env_server(backend, address) as where:
+            async with open_raw_client(where) as raw:
+                async with env_join(raw) as join:
+                    start = trio.current_time()
+                    with pytest.raises(GrpcError) as info:
+                        await join.send(big_step())
+                    assert at_once(clock, start)
+                    assert info.value.status is Status.RESOURCE_EXHAUSTED
+                    assert await expect_status(join.raw) == (info.value.status, info.value.message)
+                assert (await env_handshake(raw)).env_contract is not None
+            await assert_env_served(where)
+
+
+async def test_our_client_sending_above_the_server_limit_hears_resource_exhausted(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    with within(20):
+        async with (
+            serving(serve_env, ToyEnv(), address("env"), settings=SETTINGS) as served,
+            open_env_client(served.address, backend=backend) as env,
+        ):
+            await env.reset()
+            start = trio.current_time()
+            big = big_step().step
+            assert big is not None
+            with pytest.raises(TransportError, match="RESOURCE_EXHAUSTED") as info:
+                await env.step(big)
+            assert at_once(clock, start)
+    assert info.value.code == "RESOURCE_EXHAUSTED"
+    assert info.value.recoverable
+
+
 # ------------------------------------------------------------- "busy" is said clearly
 
 

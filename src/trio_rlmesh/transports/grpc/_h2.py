@@ -273,6 +273,8 @@ class H2Stream:
                 Status.INTERNAL, "the stream ended in the middle of a message"
             )
         self._lot.unpark_all()
+        # A sender waiting for credit on this stream must look again: the call may be over.
+        self._conn._window.unpark_all()
 
     def _on_reset(self, code: int | None) -> None:
         if self.remote_ended and (not self.client or self.trailers is not None):
@@ -493,8 +495,9 @@ class H2Connection:
                 )
                 if room <= 0:
                     await self.flush()
-                    # Credit may have arrived while flushing (its wake-up found nobody
-                    # parked): look again before waiting for more.
+                    # Credit may have arrived while flushing, or the call may have ended
+                    # (their wake-ups found nobody parked): look again before waiting.
+                    self._check_sendable(stream)
                     if self._h2.local_flow_control_window(sid) <= 0:
                         await self._window.park()
                     continue
@@ -513,6 +516,12 @@ class H2Connection:
             raise again(self._failure)
         if stream.failure is not None:
             raise again(stream.failure)
+        if stream.client and stream.remote_ended and stream.trailers is not None:
+            # The server ended the call while this side was still sending (a message
+            # refused at its header): the call's status says why.
+            raise status_from_headers(stream.trailers) or ConnectionLost(
+                "the server ended the call before this side had sent everything"
+            )
         if stream.local_ended:
             raise ConnectionLost("this side already ended the stream")
 
@@ -727,6 +736,8 @@ class H2Connection:
         if stream is not None:
             stream.local_ended = True
             stream._on_reset(event.error_code)
+            # A sender waiting for this stream's flow-control window must stop waiting.
+            self._window.unpark_all()
 
     def _on_window(self, event: Any) -> None:
         self._window.unpark_all()
