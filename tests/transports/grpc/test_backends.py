@@ -515,6 +515,19 @@ async def test_unix_socket(pair: tuple[BackendName, BackendName], sockdir: Path)
                 await call.aclose()
 
 
+@pytest.mark.network
+async def test_tcp_connection_refused(role_backend: BackendName) -> None:
+    with trio.socket.socket() as sock:
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with trio.fail_after(20):
+        async with get_backend(role_backend).open_channel(f"127.0.0.1:{port}", SETTINGS) as ch:
+            with pytest.raises(ConnectionLost) as info:
+                await ch.unary(UNARY, b"")
+    assert info.value.refused
+    assert f"could not connect to tcp://127.0.0.1:{port}: connection refused" in info.value.reason
+
+
 async def test_connection_refused_without_a_listener(
     role_backend: BackendName, role_clock: object, sockdir: Path
 ) -> None:

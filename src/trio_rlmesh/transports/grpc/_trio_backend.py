@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import socket as stdlib_socket
+import sys
 from collections.abc import AsyncIterator, Mapping
 from typing import Final
 
@@ -27,6 +28,9 @@ from ._status import ConnectionLost, GrpcError, Status, format_grpc_timeout, par
 
 __all__ = ["TRIO_BACKEND", "TrioBackend", "TrioChannel", "TrioServer"]
 
+if sys.version_info < (3, 11):  # pragma: no cover - exercised on 3.10 only
+    from exceptiongroup import BaseExceptionGroup
+
 SHUTDOWN_MESSAGE: Final = "the server is shutting down"
 CLOSE_GRACE: Final = 1.0
 """Seconds a stopping server gives each connection to take its last frames (GOAWAY)."""
@@ -34,6 +38,12 @@ _SKIPPED_METADATA: Final = frozenset({"te", "content-type", "grpc-timeout", "use
 
 
 def _describe_os_error(exc: OSError) -> str:
+    if exc.errno is None and isinstance(exc.__cause__, BaseExceptionGroup):
+        # trio.open_tcp_stream tried every address and says only "all attempts ...
+        # failed"; when every attempt was refused, say that.
+        causes = exc.__cause__.exceptions
+        if causes and all(getattr(c, "errno", None) == errno.ECONNREFUSED for c in causes):
+            return "connection refused (is the server running?)"
     if exc.errno == errno.ECONNREFUSED:
         return "connection refused (is the server running?)"
     if exc.errno == errno.ENOENT:
