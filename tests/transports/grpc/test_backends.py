@@ -317,6 +317,20 @@ async def test_a_crashing_handler_is_internal_with_one_log_line(
 # ----------------------------------------------------------------------------- deadlines
 
 
+async def test_grpc_timeout_gives_deadline_exceeded_on_time(
+    pair: tuple[BackendName, BackendName], pair_clock: object, sockdir: Path
+) -> None:
+    with within(20):
+        async with serve_and_connect(pair, sockdir) as p:
+            start = trio.current_time()
+            with pytest.raises(GrpcError) as info:
+                await p.channel.unary(HANG, b"", timeout=0.5)
+            assert info.value.status is Status.DEADLINE_EXCEEDED
+            assert at(pair_clock, start, 0.5)
+            # The server gave up on the call too.
+            await p.echo.handler_done.wait()
+
+
 async def test_the_server_enforces_grpc_timeout(
     role_backend: BackendName, role_clock: object, sockdir: Path
 ) -> None:

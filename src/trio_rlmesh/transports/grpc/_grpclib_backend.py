@@ -97,6 +97,10 @@ def _from_grpclib(exc: BaseException, label: str) -> BaseException:
         return GrpcError(Status.of(int(exc.status.value)), exc.message or "")
     if isinstance(exc, StreamTerminatedError):
         return ConnectionLost(f"{exc} (with {label})")
+    if isinstance(exc, asyncio.TimeoutError):
+        # grpclib's deadline. Checked before OSError: from Python 3.11 on,
+        # asyncio.TimeoutError is the builtin TimeoutError, an OSError.
+        return GrpcError(Status.DEADLINE_EXCEEDED, "the call's deadline passed")
     if isinstance(exc, ConnectionRefusedError):
         return ConnectionLost(
             f"could not connect to {label}: connection refused (is the server running?)",
@@ -111,8 +115,6 @@ def _from_grpclib(exc: BaseException, label: str) -> BaseException:
         return ConnectionLost(f"the connection with {label} broke ({exc.strerror or exc})")
     if isinstance(exc, _GrpclibProtocolError):
         return ConnectionLost(f"{label} broke the gRPC protocol ({exc})")
-    if isinstance(exc, asyncio.TimeoutError):
-        return GrpcError(Status.DEADLINE_EXCEEDED, "the call's deadline passed")
     if isinstance(exc, EOFError):
         return ConnectionLost(f"the connection with {label} ended")
     return exc
