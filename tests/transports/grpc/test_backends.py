@@ -295,6 +295,16 @@ async def test_non_ok_status_and_message_arrive_exactly(
                 await call.aclose()
 
 
+async def test_unknown_method_is_unimplemented(
+    pair: tuple[BackendName, BackendName], pair_clock: object, sockdir: Path
+) -> None:
+    with within(20):
+        async with serve_and_connect(pair, sockdir) as p:
+            with pytest.raises(GrpcError) as info:
+                await p.channel.unary("/test.Echo/Nope", b"")
+            assert info.value.status is Status.UNIMPLEMENTED
+
+
 async def test_a_crashing_handler_is_internal_with_one_log_line(
     pair: tuple[BackendName, BackendName],
     pair_clock: object,

@@ -132,6 +132,18 @@ def _status_received(stream: Any) -> GrpcError | None:
     return None
 
 
+def _call_ended(exc: BaseException, stream: Any, label: str, settings: GrpcSettings) -> BaseException:
+    """How a client call that raised ``exc`` ended. A status the peer already sent wins: a
+    status followed by a reset (a busy env's refusal, then RST_STREAM) is that status, and
+    so is a trailers-only status grpclib itself rejects (grpclib's server sends UNIMPLEMENTED
+    without a content-type, which grpclib's client reports as UNKNOWN). On the loop."""
+    protocol_stream = getattr(stream, "_stream", None)
+    return (
+        _status_received(protocol_stream)
+        or _from_grpclib(exc, label)
+    )
+
+
 def _buffered(stream: Any) -> int:
     """Bytes received on a grpclib protocol stream and not read yet (0 if unknown)."""
     buffer = stream.buffer
@@ -324,12 +336,8 @@ class GrpclibClientCall:
         except asyncio.CancelledError:
             end = ConnectionLost("the call was cancelled by this side")
             raise
-        except StreamTerminatedError as exc:
-            # A status followed by a reset (a busy env's trailers-only refusal, then
-            # RST_STREAM) must reach the caller as the status, not as a loss.
-            end = _status_received(getattr(stream, "_stream", None)) or _from_grpclib(
-                exc, pipe.label
-            )
+        except (StreamTerminatedError, GRPCError) as exc:
+            end = _call_ended(exc, stream, pipe.label, self._settings)
         except Exception as exc:
             end = _from_grpclib(exc, pipe.label)
         finally:
@@ -452,11 +460,8 @@ class GrpclibChannel:
                     with stream._wrapper:
                         reply = await _read_message(stream._stream, max_size)
                     await stream.recv_trailing_metadata()
-                except StreamTerminatedError:
-                    status = _status_received(getattr(stream, "_stream", None))
-                    if status is None:
-                        raise
-                    raise status from None
+                except (StreamTerminatedError, GRPCError) as exc:
+                    raise _call_ended(exc, stream, self.label, self.settings) from None
             if reply is None:
                 raise GrpcError(Status.INTERNAL, f"the server answered {path} with no message")
             return reply
