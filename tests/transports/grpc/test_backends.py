@@ -579,6 +579,35 @@ async def test_memory_addresses_are_trio_only() -> None:
 # ----------------------------------------------------------------------------- keepalive
 
 
+async def test_keepalive_detects_a_frozen_server(
+    role_backend: BackendName, role_clock: object, sockdir: Path
+) -> None:
+    """Default settings on trio: the call fails exactly 30 s after the server fell silent
+    (PING after 10 s of silence, 20 s for anything to come back). grpclib's keepalive is
+    asyncio's own timer on the real clock: shown with 0.5 s + 0.5 s settings."""
+    echo = Echo()
+    settings = DEFAULT_SETTINGS if role_backend == "trio" else FAST_KEEPALIVE
+    due = 30.0 if role_backend == "trio" else 1.0
+    with within(20):
+        async with (
+            open_fake_server(echo.handlers(), where(role_backend, sockdir=sockdir)) as fake,
+            get_backend(role_backend).open_channel(fake.address, settings) as channel,
+        ):
+            call = await channel.open_call(BIDI)
+            try:
+                await call.send_message(b"one")
+                assert await call.receive_message() == b"one"
+                fake.valve.freeze()
+                start = trio.current_time()
+                with pytest.raises(ConnectionLost) as info:
+                    await call.receive_message()
+                assert at(role_clock, start, due)
+            finally:
+                await call.aclose()
+    assert "keepalive" in info.value.reason
+    assert "frozen or unreachable" in info.value.reason
+
+
 async def test_keepalive_detects_a_frozen_client(
     role_backend: BackendName, role_clock: object, sockdir: Path
 ) -> None:

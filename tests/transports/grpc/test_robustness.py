@@ -465,6 +465,35 @@ async def test_a_second_join_is_refused_as_busy_in_words_on_every_client_backend
 # ------------------------------------------------------------- a frozen peer is noticed
 
 
+async def test_a_frozen_server_is_noticed_by_keepalive_with_the_cause_named(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    """Default settings on trio: noticed exactly 30 s (virtual) after the server went
+    silent. grpclib's keepalive runs on asyncio's real clock, so it is shown with
+    0.5 s + 0.5 s settings there."""
+    service = FakeEnvService(faults={1: "freeze"})
+    settings = GrpcSettings() if backend == "trio" else GrpcSettings(
+        keepalive_interval=0.5, keepalive_timeout=0.5
+    )
+    due = 30.0 if backend == "trio" else 1.0
+    with within(20):
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend, settings=settings) as env,
+        ):
+            await env.reset()
+            start = trio.current_time()
+            with pytest.raises(TransportError, match="keepalive") as info:
+                await env.step(env_v1.StepRequest(action=spaces_v1.SpaceValue(leaves=[b"\x01"])))
+            elapsed = trio.current_time() - start
+            if clock is not None:
+                assert elapsed == pytest.approx(due)
+            else:
+                assert due - 0.5 <= elapsed < due + 2.0
+    assert "connection lost during env.step" in str(info.value)
+    assert "frozen or unreachable" in str(info.value)
+
+
 # ------------------------------------------------------------- the old robustness tests
 
 

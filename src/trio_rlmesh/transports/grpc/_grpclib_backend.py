@@ -132,6 +132,18 @@ def _status_received(stream: Any) -> GrpcError | None:
     return None
 
 
+def _keepalive_expired(stream: Any, label: str, settings: GrpcSettings) -> ConnectionLost | None:
+    """The loss, named, when grpclib closed the connection because a keepalive PING went
+    unanswered (grpclib itself only says "Connection lost"). On the loop."""
+    handle = getattr(getattr(stream, "connection", None), "_close_by_ping_handler", None)
+    if handle is None or handle.when() > asyncio.get_running_loop().time():
+        return None
+    return ConnectionLost(
+        f"the peer did not answer a keepalive PING within {settings.keepalive_timeout:g} s "
+        f"(frozen or unreachable) with {label}"
+    )
+
+
 def _call_ended(exc: BaseException, stream: Any, label: str, settings: GrpcSettings) -> BaseException:
     """How a client call that raised ``exc`` ended. A status the peer already sent wins: a
     status followed by a reset (a busy env's refusal, then RST_STREAM) is that status, and
@@ -140,6 +152,7 @@ def _call_ended(exc: BaseException, stream: Any, label: str, settings: GrpcSetti
     protocol_stream = getattr(stream, "_stream", None)
     return (
         _status_received(protocol_stream)
+        or _keepalive_expired(protocol_stream, label, settings)
         or _from_grpclib(exc, label)
     )
 
