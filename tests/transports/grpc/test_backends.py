@@ -446,6 +446,34 @@ async def test_the_client_refuses_an_oversized_message_at_its_header(
 # ----------------------------------------------------------------------------- resets, GOAWAY
 
 
+async def test_the_client_reports_a_peer_reset(
+    role_backend: BackendName, role_clock: object, sockdir: Path
+) -> None:
+    async def reset(call: ServerCall) -> None:
+        assert isinstance(call, TrioServerCall)
+        await call.receive_message()
+        await call.send_message(b"before the reset")
+        stream = call._stream
+        stream.connection.reset(stream, h2.errors.ErrorCodes.CANCEL)
+
+    with within(20):
+        async with (
+            open_fake_server({BIDI: reset, UNARY: Echo().unary}, where(role_backend, sockdir=sockdir)) as fake,
+            get_backend(role_backend).open_channel(fake.address, SETTINGS) as channel,
+        ):
+            call = await channel.open_call(BIDI)
+            try:
+                await call.send_message(b"go")
+                # What arrived before the reset is still delivered, then the loss.
+                assert await call.receive_message() == b"before the reset"
+                with pytest.raises(ConnectionLost, match="reset|Stream reset"):
+                    await call.receive_message()
+            finally:
+                await call.aclose()
+            # Only that stream is gone: the connection serves the next call.
+            assert await channel.unary(UNARY, b"again") == b"again"
+
+
 async def test_the_server_survives_a_client_reset(
     role_backend: BackendName, role_clock: object, sockdir: Path
 ) -> None:

@@ -326,18 +326,8 @@ class GrpclibClientCall:
             )
             protocol_stream = stream._stream
             while True:
-                try:
-                    with stream._wrapper:
-                        data = await _read_message(protocol_stream, self._settings.max_message_size)
-                except StreamTerminatedError:
-                    # Messages that arrived before the reset still reach the caller.
-                    while (
-                        salvaged := await _read_message(
-                            protocol_stream, self._settings.max_message_size, salvage=True
-                        )
-                    ) is not None:
-                        pipe.deliver(salvaged)
-                    raise
+                with stream._wrapper:
+                    data = await _read_message(protocol_stream, self._settings.max_message_size)
                 if data is None:
                     break
                 pipe.deliver(data)
@@ -350,6 +340,16 @@ class GrpclibClientCall:
             end = ConnectionLost("the call was cancelled by this side")
             raise
         except (StreamTerminatedError, GRPCError) as exc:
+            if isinstance(exc, StreamTerminatedError):
+                # Messages that arrived before the reset still reach the caller (RLMesh
+                # sends an in-band error, then resets), even when the reset came before
+                # this pump read the response headers.
+                max_size = self._settings.max_message_size
+                with contextlib.suppress(Exception):
+                    while (
+                        salvaged := await _read_message(stream._stream, max_size, salvage=True)
+                    ) is not None:
+                        pipe.deliver(salvaged)
             end = _call_ended(exc, stream, pipe.label, self._settings)
         except Exception as exc:
             end = _from_grpclib(exc, pipe.label)
