@@ -489,7 +489,16 @@ class GrpclibChannel:
         if channel is not None:
 
             async def close() -> None:
+                protocol = getattr(channel, "_protocol", None)
+                transport = getattr(getattr(protocol, "connection", None), "_transport", None)
                 channel.close()
+                if transport is not None:
+                    # asyncio closes a socket only once its write buffer is flushed (the
+                    # rest of a refused message can sit there), and the portal's loop may
+                    # stop first, leaking the socket. Every call is over: drop the rest.
+                    if transport.get_write_buffer_size():
+                        transport.abort()
+                    await asyncio.sleep(0)  # let the transport finish closing
 
             with trio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await self._portal.run(close)
