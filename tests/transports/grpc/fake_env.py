@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import AsyncIterator, Callable
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 import betterproto2
@@ -56,7 +56,9 @@ Fault = Literal[
 
 @attrs.define(eq=False)
 class Held:
-    request: env_v1.JoinRequest
+    """A request the fake keeps unanswered until the test sets ``release``."""
+
+    request: Any
     release: trio.Event = attrs.Factory(trio.Event)
 
 

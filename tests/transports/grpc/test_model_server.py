@@ -1,56 +1,75 @@
-"""serve_model + open_model_client over loopback (each test under fail_after)."""
+"""serve_model on each backend, driven by the raw client (and, end to end, by our client):
+handshake, resolve/predict/grouped/reset/release/close, ordering, tokens, health, stopping.
+
+Model code runs in a worker thread (serve_model offloads it), so tests are guarded in real
+time; on trio the stop tests assert exact virtual times."""
 
 from __future__ import annotations
 
 import threading
-import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 import trio
+import trio.testing
 
-from tests.model.helpers import OBS, predict_request
-from trio_rlmesh import ModelError, TransportError
+from tests.model.helpers import OBS
 from trio_rlmesh.model import Model
 from trio_rlmesh.protocol import (
     CAP_CONCURRENT_PREDICT,
     CAP_OBSERVATION_HISTORY,
+    WORKFLOW_EDITION,
     core_v1,
     model_v1,
 )
 from trio_rlmesh.protocol._spacespec import space_to_spec
 from trio_rlmesh.spaces import Box, Discrete, decode_batch
-from trio_rlmesh.transports.grpc._model_client import (
-    ModelClient,
+from trio_rlmesh.transports.grpc import (
+    BackendName,
     ModelClientRuntimeModel,
     open_model_client,
+    serve_model,
 )
-from trio_rlmesh.transports.grpc._model_server import serve_model
+from trio_rlmesh.transports.grpc._handshake import HEALTH_CHECK, MODEL_HANDSHAKE, MODEL_SHUTDOWN
+from trio_rlmesh.transports.grpc._health import HealthCheckRequest, HealthCheckResponse
+from trio_rlmesh.transports.grpc._status import GrpcError, Status
 
-pytestmark = pytest.mark.network
+from .servers import (
+    MODEL_SPEC,
+    Gate,
+    model_handshake_request,
+    model_join,
+    predict,
+    resolve,
+    serving,
+    within,
+)
+from .wire import RawClient, expect_status, open_raw_client
 
+Where = Callable[[str], str]
+
+AUTOJUMP_THRESHOLD = 0.2
 ACT = Box.from_bounds(-100.0, 100.0, shape=(2,))
-SPEC = core_v1.EnvSpec(
-    id="Toy-v0", observation_space=space_to_spec(OBS), action_space=space_to_spec(ACT)
-)
-DISC_SPEC = core_v1.EnvSpec(
-    id="Disc-v0", observation_space=space_to_spec(OBS), action_space=space_to_spec(Discrete(3))
-)
+SHUTTING_DOWN = (Status.UNAVAILABLE, "the server is shutting down")
 
 
-class Slowable(Model):
-    """Echoes the observation; an observation of 99 sleeps first (in its worker thread)."""
+class Echo(Model):
+    """Echoes the observation; an observation of 99 waits at the gate (in its worker)."""
 
-    def __init__(self) -> None:
+    def __init__(self, gate: Gate | None = None) -> None:
+        self.gate = gate
         self.entered: list[float] = []
         self.closed = 0
         self.ended: list[str] = []
+        self.threads: list[str] = []
 
     def predict(self, observation: Any) -> Any:
         self.entered.append(float(observation[0]))
-        if observation[0] == 99:
-            time.sleep(0.3)
+        self.threads.append(threading.current_thread().name)
+        if observation[0] == 99 and self.gate is not None:
+            self.gate.hold()
         return observation
 
     def on_episode_end(self, episode_id: str = "") -> None:
@@ -65,414 +84,421 @@ class Chunky(Model):
         return np.stack([observation + j for j in range(4)])
 
 
-async def _serve(nursery: trio.Nursery, model: object, **kwargs: Any) -> str:
-    address: str = await nursery.start(
-        lambda task_status: serve_model(model, task_status=task_status, **kwargs)
-    )
-    return address
-
-
-async def _resolve(
-    client: ModelClient, env_id: str, spec: core_v1.EnvSpec = SPEC, h: int = 1
-) -> model_v1.ResolveAdapterResponse:
-    return await client.resolve_adapter(
-        model_v1.ResolveAdapterRequest(
-            context=model_v1.AdapterContext(
-                session_id="s", env_id=env_id, request_id=f"{env_id}:resolve_adapter"
-            ),
-            env_spec=spec,
-            selected_workflow_edition="2026.06",
-            execution_horizon=h,
-            delivers_history=True,
-        )
-    )
-
-
-async def test_handshake_capabilities_and_predict_round_trip() -> None:
-    model = Slowable()
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            address = await _serve(nursery, model)
-            async with open_model_client(address) as client:
-                assert client.capabilities[CAP_CONCURRENT_PREDICT] == "true"
-                assert client.capabilities[CAP_OBSERVATION_HISTORY] == "true"
-                assert client.supported_workflow_editions == ["2026.06"]
-                resolved = await _resolve(client, "env-a")
-                assert resolved.native_chunk is None
-                assert resolved.history is None
-                request = predict_request("env-a", [1, 2], request_id="env-a:predict:1")
-                prediction = await client.predict(request)
-                assert prediction.response.context == request.context
-                actions = decode_batch(ACT, prediction.response.actions[0].leaves, 2)
-                assert actions.tolist() == [[1.0, 1.0], [2.0, 2.0]]
-                timings = prediction.timings
-                assert timings.total_ns
-                assert timings.user_ns
-                assert timings.decode_ns is not None
-                assert timings.encode_ns is not None
-                assert timings.held_episodes == 0
-            nursery.cancel_scope.cancel()
-    assert model.closed == 1
-
-
-async def test_resolve_errors_are_in_band() -> None:
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            address = await _serve(nursery, Slowable())
-            async with open_model_client(address) as client:
-                no_spec = model_v1.ResolveAdapterRequest(
-                    context=model_v1.AdapterContext(env_id="e", request_id="e:resolve_adapter")
-                )
-                with pytest.raises(ModelError) as caught:
-                    await client.resolve_adapter(no_spec)
-                assert caught.value.code == "INVALID_REQUEST"
-                assert "env_spec" in caught.value.message
-                bad_pin = model_v1.ResolveAdapterRequest(
-                    context=model_v1.AdapterContext(env_id="e", request_id="e:resolve_adapter"),
-                    env_spec=SPEC,
-                    selected_workflow_edition="2099.01",
-                )
-                with pytest.raises(ModelError, match=r"2099\.01.*does not implement"):
-                    await client.resolve_adapter(bad_pin)
-                no_action = core_v1.EnvSpec(id="x", observation_space=space_to_spec(OBS))
-                with pytest.raises(ModelError, match="action_space"):
-                    await _resolve(client, "e", no_action)
-            nursery.cancel_scope.cancel()
-
-
-async def test_predict_before_resolve_and_model_errors() -> None:
-    class Raises(Model):
-        def predict(self, observation: Any) -> Any:
-            raise ValueError("deliberate failure")
-
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            address = await _serve(nursery, Raises())
-            async with open_model_client(address) as client:
-                with pytest.raises(ModelError, match="was not resolved") as caught:
-                    await client.predict(predict_request("nowhere", [1]))
-                assert caught.value.code == "INTERNAL"
-                assert not caught.value.recoverable
-                await _resolve(client, "e")
-                with pytest.raises(ModelError, match="ValueError: deliberate failure") as caught:
-                    await client.predict(predict_request("e", [1]))
-                assert "'e'" in caught.value.message
-                assert "lane 0" in caught.value.message
-            nursery.cancel_scope.cancel()
-
-
-async def test_grouped_predict_isolates_failures_and_keeps_each_route() -> None:
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            address = await _serve(nursery, Slowable())
-            async with open_model_client(address) as client:
-                await _resolve(client, "box")
-                results = await client.grouped_predict(
-                    [predict_request("box", [3]), predict_request("unresolved", [4])]
-                )
-                good, bad = results
-                assert not isinstance(good, Exception)
-                assert good.response.context is not None
-                assert good.response.context.env_id == "box"
-                assert isinstance(bad, ModelError)
-                assert "was not resolved" in bad.message
-            nursery.cancel_scope.cancel()
-
-
-async def test_grouped_predict_carries_chunk_replay_frames() -> None:
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            address = await _serve(nursery, Chunky())
-            async with open_model_client(address) as client:
-                await _resolve(client, "chunked", h=3)
-                await _resolve(client, "plain", h=1)
-                chunked, plain = await client.grouped_predict(
-                    [predict_request("chunked", [1]), predict_request("plain", [1])]
-                )
-                assert not isinstance(chunked, Exception)
-                assert not isinstance(plain, Exception)
-                assert len(chunked.response.actions) == 3
-                assert len(plain.response.actions) == 1
-            nursery.cancel_scope.cancel()
-
-
-async def test_pipelined_predicts_keep_per_env_order_and_other_envs_overtake() -> None:
-    model = Slowable()
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            address = await _serve(nursery, model)
-            async with open_model_client(address) as client:
-                await _resolve(client, "a")
-                finished: list[str] = []
-
-                async def call(name: str, request: model_v1.PredictRequest) -> None:
-                    await client.predict(request)
-                    finished.append(name)
-
-                async with trio.open_nursery() as inner:
-                    inner.start_soon(
-                        call, "slow-a", predict_request("a", [99], request_id="a:predict:1")
-                    )
-                    await trio.sleep(0.05)
-                    inner.start_soon(
-                        call, "fast-a", predict_request("a", [1], request_id="a:predict:2")
-                    )
-                    await trio.sleep(0.05)
-                    # A resolve of another env is not ordered behind env a's slow predict.
-                    await _resolve(client, "b")
-                    finished.append("resolve-b")
-                assert finished == ["resolve-b", "slow-a", "fast-a"]
-                assert model.entered == [99.0, 1.0]
-            nursery.cancel_scope.cancel()
-
-
-async def test_reset_release_and_close_on_the_wire() -> None:
-    model = Slowable()
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            address = await _serve(nursery, model)
-            async with open_model_client(address, close_reason="done") as client:
-                await _resolve(client, "e")
-                await client.predict(predict_request("e", [1], ids=["ep-1"]))
-                await client.reset_adapter(
-                    model_v1.ResetAdapterRequest(
-                        context=model_v1.AdapterContext(env_id="e", request_id="e:reset_adapter:2"),
-                        episode_ids=["ep-1"],
-                    )
-                )
-                assert model.ended == ["ep-1"]
-                with pytest.raises(ModelError, match="reset_adapter missing env_id"):
-                    await client.reset_adapter(model_v1.ResetAdapterRequest(episode_ids=["x"]))
-                await client.release_adapter(
-                    model_v1.ReleaseAdapterRequest(
-                        context=model_v1.AdapterContext(env_id="e", request_id="e:release_adapter")
-                    )
-                )
-                with pytest.raises(ModelError, match="was not resolved"):
-                    await client.predict(predict_request("e", [1], request_id="e:predict:3"))
-            # The server stays up after a client's Close.
-            async with open_model_client(address) as again:
-                await _resolve(again, "e2")
-            nursery.cancel_scope.cancel()
-    assert model.closed == 1
-
-
-async def test_token_is_required_when_configured() -> None:
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            address = await _serve(nursery, Slowable(), token="s3cret")
-            with pytest.raises(TransportError, match="UNAUTHENTICATED"):
-                async with open_model_client(address, token="wrong"):
-                    pass
-            async with open_model_client(address, token="s3cret") as client:
-                await _resolve(client, "e")
-            nursery.cancel_scope.cancel()
-
-
-async def test_runtime_model_adapter_over_the_wire() -> None:
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            address = await _serve(nursery, Chunky())
-            async with open_model_client(address) as client:
-                remote = ModelClientRuntimeModel(client)
-                needs = await remote.resolve("e", SPEC, execution_horizon=2)
-                assert needs.history is None
-                assert not remote.wants_history
-                (prediction,) = await remote.predict_group([predict_request("e", [5])])
-                assert not isinstance(prediction, Exception)
-                assert len(prediction.response.actions) == 2
-                await remote.release_adapter(
-                    model_v1.ReleaseAdapterRequest(
-                        context=model_v1.AdapterContext(env_id="e", request_id="e:release_adapter")
-                    ),
-                    5.0,
-                )
-            nursery.cancel_scope.cancel()
-
-
-async def test_slow_model_runs_off_the_event_loops() -> None:
-    threads: list[str] = []
-
-    class Where(Model):
-        def predict(self, observation: Any) -> Any:
-            threads.append(threading.current_thread().name)
-            return observation
-
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            address = await _serve(nursery, Where())
-            async with open_model_client(address) as client:
-                await _resolve(client, "e")
-                await client.predict(predict_request("e", [1]))
-            nursery.cancel_scope.cancel()
-    assert threads
-    assert threads[0] != threading.main_thread().name
-    assert "asyncio" not in threads[0]
-
-
-async def test_health_reports_serving() -> None:
-    from grpclib.client import Channel
-    from grpclib.const import Cardinality
-
-    from trio_rlmesh.transports.grpc._common import HEALTH_CHECK, parse_address
-    from trio_rlmesh.transports.grpc._health import (
-        HealthCheckRequest,
-        HealthCheckResponse,
-        ServingStatus,
-    )
-    from trio_rlmesh.transports.grpc._portal import open_portal
-
-    async def check(host: str, port: int) -> int:
-        channel = Channel(host, port)
-        try:
-            async with channel.request(
-                HEALTH_CHECK, Cardinality.UNARY_UNARY, HealthCheckRequest, HealthCheckResponse
-            ) as stream:
-                await stream.send_message(HealthCheckRequest(""), end=True)
-                reply = await stream.recv_message()
-            assert reply is not None
-            return int(reply.status)
-        finally:
-            channel.close()
-
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            address = await _serve(nursery, Slowable())
-            target = parse_address(address)
-            async with open_portal() as portal:
-                status = await portal.run(check, target.host, target.port)
-            assert status == ServingStatus.SERVING
-            nursery.cancel_scope.cancel()
-
-
-# ------------------------------------------------------------------ stopping with clients
-
-
-class _Sleepy(Model):
-    """Echoes the observation after sleeping ``delay`` seconds in its worker thread."""
-
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-
+class Raises(Model):
     def predict(self, observation: Any) -> Any:
-        time.sleep(self.delay)
-        return observation
+        raise ValueError("deliberate failure")
 
 
-class _Returned:
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.at = 0.0
-
-    def set(self) -> None:
-        self.at = time.monotonic()
-        self.event.set()
+def actions(response: model_v1.JoinResponse, n: int = 1) -> list[list[float]]:
+    assert response.predict is not None, response
+    value: list[list[float]] = decode_batch(ACT, response.predict.actions[0].leaves, n).tolist()
+    return value
 
 
-async def _serve_scoped(
-    nursery: trio.Nursery, model: object, **kwargs: Any
-) -> tuple[str, trio.CancelScope, _Returned]:
-    """serve_model in its own cancel scope, noting when it returned."""
-    scope = trio.CancelScope()
-    returned = _Returned()
-
-    async def run(task_status: trio.TaskStatus[str]) -> None:
-        with scope:
-            await serve_model(model, task_status=task_status, **kwargs)
-        returned.set()
-
-    address: str = await nursery.start(run)
-    return address, scope, returned
+def resolve_request(**kwargs: Any) -> model_v1.JoinRequest:
+    return model_v1.JoinRequest(
+        request_id="r", resolve_adapter=model_v1.ResolveAdapterRequest(**kwargs)
+    )
 
 
-async def _returned(returned: _Returned) -> float:
-    await returned.event.wait()
-    return returned.at
+async def handshake(raw: RawClient) -> model_v1.HandshakeResponse:
+    return await raw.unary(MODEL_HANDSHAKE, model_handshake_request(), model_v1.HandshakeResponse)
 
 
-async def test_stop_with_idle_client_is_prompt_on_both_sides() -> None:
-    with trio.fail_after(15):
-        async with trio.open_nursery() as nursery:
-            address, scope, returned = await _serve_scoped(nursery, Slowable(), drain_timeout=2)
-            async with open_model_client(address) as client:
-                await _resolve(client, "e")
-                await client.predict(predict_request("e", [1]))
-                stopped = time.monotonic()
-                scope.cancel()
-                assert await _returned(returned) - stopped < 1.0
-                started = time.monotonic()
-                with pytest.raises(TransportError):
-                    await client.predict(predict_request("e", [2], request_id="e:predict:2"))
-                assert time.monotonic() - started < 1.0
+# ----------------------------------------------------------------------------- calls
 
 
-async def test_stop_drains_a_predict_in_progress_then_refuses() -> None:
-    with trio.fail_after(15):
-        async with trio.open_nursery() as nursery:
-            address, scope, returned = await _serve_scoped(nursery, Slowable(), drain_timeout=5)
-            async with open_model_client(address) as client:
-                await _resolve(client, "e")
-                answers: list[Any] = []
+async def test_handshake_capabilities_and_predict_round_trip(
+    backend: BackendName, address: Where
+) -> None:
+    model = Echo()
+    with within(20):
+        async with serving(serve_model, model, address("model"), backend=backend) as served:
+            async with open_raw_client(served.address) as raw:
+                shaken = await handshake(raw)
+                assert shaken.base is not None
+                assert shaken.base.compatible
+                assert shaken.base.capabilities[CAP_CONCURRENT_PREDICT] == "true"
+                assert shaken.base.capabilities[CAP_OBSERVATION_HISTORY] == "true"
+                assert shaken.base.supported_workflow_editions == [WORKFLOW_EDITION]
+                assert shaken.base.peer_info is not None
+                assert shaken.base.peer_info.component == "rlmesh-model"
+                async with model_join(raw) as join:
+                    resolved = await join.call(resolve("env-a"))
+                    assert resolved.request_id == "env-a:resolve_adapter"
+                    assert resolved.resolve_adapter == model_v1.ResolveAdapterResponse()
+                    answer = await join.call(predict("env-a", [1.0, 2.0], request_id="env-a:p:1"))
+                    assert answer.request_id == "env-a:p:1"
+                    assert answer.predict is not None
+                    assert answer.predict.context is not None
+                    assert answer.predict.context.request_id == "env-a:p:1"
+                    assert actions(answer, 2) == [[1.0, 1.0], [2.0, 2.0]]
+                    assert answer.endpoint_total_ns
+                    assert answer.user_ns
+                    assert answer.decode_ns is not None
+                    assert answer.encode_ns is not None
+                    assert answer.held_episodes == 0
+                    assert answer.in_flight == 1
+            served.stop()
+            await served.returned.wait()
+    assert model.closed == 1
 
-                async def slow() -> None:
-                    answers.append(await client.predict(predict_request("e", [99])))
 
-                async with trio.open_nursery() as inner:
-                    inner.start_soon(slow)
-                    await trio.sleep(0.1)
-                    stopped = time.monotonic()
-                    scope.cancel()
-                assert len(answers) == 1  # answered inside the drain
-                assert await _returned(returned) - stopped < 0.3 + 1.0
-                started = time.monotonic()
-                with pytest.raises(TransportError):
-                    await client.predict(predict_request("e", [2], request_id="e:predict:2"))
-                assert time.monotonic() - started < 1.0
+async def test_resolve_errors_are_in_band(backend: BackendName, address: Where) -> None:
+    no_action = core_v1.EnvSpec(id="x", observation_space=space_to_spec(OBS))
+    context = model_v1.AdapterContext(env_id="e", request_id="e:resolve_adapter")
+    with within(20):
+        async with (
+            serving(serve_model, Echo(), address("model"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            model_join(raw) as join,
+        ):
+            for request, text in (
+                (resolve_request(context=context), "env_spec"),
+                (
+                    resolve_request(
+                        context=context, env_spec=MODEL_SPEC, selected_workflow_edition="2099.01"
+                    ),
+                    "2099.01 is not supported: this model endpoint does not implement it",
+                ),
+                (
+                    resolve_request(
+                        context=context,
+                        env_spec=no_action,
+                        selected_workflow_edition=WORKFLOW_EDITION,
+                    ),
+                    "action_space",
+                ),
+            ):
+                reply = await join.call(request)
+                assert reply.error is not None, request
+                assert text in reply.error.message
+            first = (await join.call(resolve_request(context=context))).error
+            assert first is not None
+            assert first.code == model_v1.ModelErrorCode.INVALID_REQUEST
 
 
-async def test_stop_past_the_drain_ends_a_predict_in_progress() -> None:
-    """The client hears at once; the server waits for the model call it cannot interrupt."""
-    drain = 0.3
-    with trio.fail_after(15):
-        async with trio.open_nursery() as nursery:
-            address, scope, returned = await _serve_scoped(
-                nursery, _Sleepy(2.0), drain_timeout=drain
+async def test_predict_before_resolve_and_model_errors(
+    backend: BackendName, address: Where
+) -> None:
+    with within(20):
+        async with (
+            serving(serve_model, Raises(), address("model"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            model_join(raw) as join,
+        ):
+            early = await join.call(predict("nowhere", [1.0]))
+            assert early.error is not None
+            assert "was not resolved" in early.error.message
+            assert early.error.code == model_v1.ModelErrorCode.INTERNAL
+            assert not early.error.is_recoverable
+            await join.call(resolve("e"))
+            failed = await join.call(predict("e", [1.0]))
+            assert failed.error is not None
+            assert "ValueError: deliberate failure" in failed.error.message
+            assert "'e'" in failed.error.message
+            assert "lane 0" in failed.error.message
+            assert failed.decode_ns is not None  # errors carry the phase fields too
+
+
+async def test_grouped_predict_isolates_failures(backend: BackendName, address: Where) -> None:
+    with within(20):
+        async with (
+            serving(serve_model, Echo(), address("model"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            model_join(raw) as join,
+        ):
+            await join.call(resolve("box"))
+            groups = [predict("box", [3.0]).predict, predict("unresolved", [4.0]).predict]
+            reply = await join.call(
+                model_v1.JoinRequest(
+                    request_id="g",
+                    grouped_predict=model_v1.GroupedPredictRequest(groups=groups),  # type: ignore[arg-type]
+                )
             )
-            async with open_model_client(address) as client:
-                await _resolve(client, "e")
-                failed: list[float] = []
-
-                async def slow() -> None:
-                    with pytest.raises(TransportError):
-                        await client.predict(predict_request("e", [1]))
-                    failed.append(time.monotonic())
-
-                async with trio.open_nursery() as inner:
-                    inner.start_soon(slow)
-                    await trio.sleep(0.1)
-                    stopped = time.monotonic()
-                    scope.cancel()
-                assert failed[0] - stopped < drain + 1.0
-                # The forward itself is not abandoned (close must never overlap it), so
-                # serve_model returns once it ends, not before.
-                assert await _returned(returned) - stopped < 2.0 + 1.0
+            assert reply.grouped_predict is not None
+            good, bad = reply.grouped_predict.results
+            assert good.response is not None
+            assert good.response.context is not None
+            assert good.response.context.env_id == "box"
+            assert bad.error is not None
+            assert "was not resolved" in bad.error.message
 
 
-async def test_remote_shutdown_is_refused_unless_allowed() -> None:
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            address = await _serve(nursery, Slowable())
-            async with open_model_client(address) as client:
-                refused = await client.shutdown("test")
-            assert refused == core_v1.ShutdownResponse(
+async def test_grouped_predict_carries_chunk_replay_frames(
+    backend: BackendName, address: Where
+) -> None:
+    with within(20):
+        async with (
+            serving(serve_model, Chunky(), address("model"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            model_join(raw) as join,
+        ):
+            await join.call(resolve("chunked", h=3))
+            await join.call(resolve("plain", h=1))
+            groups = [predict("chunked", [1.0]).predict, predict("plain", [1.0]).predict]
+            reply = await join.call(
+                model_v1.JoinRequest(
+                    request_id="g",
+                    grouped_predict=model_v1.GroupedPredictRequest(groups=groups),  # type: ignore[arg-type]
+                )
+            )
+            assert reply.grouped_predict is not None
+            chunked, plain = reply.grouped_predict.results
+            assert chunked.response is not None
+            assert plain.response is not None
+            assert len(chunked.response.actions) == 3
+            assert len(plain.response.actions) == 1
+
+
+async def test_pipelined_predicts_keep_per_env_order_and_other_envs_overtake(
+    backend: BackendName, address: Where
+) -> None:
+    gate = Gate()
+    model = Echo(gate)
+    with within(20):
+        async with (
+            serving(serve_model, model, address("model"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            model_join(raw) as join,
+        ):
+            await join.call(resolve("a"))
+            await join.send(predict("a", [99.0], request_id="slow-a"))
+            await gate.entered.wait()
+            await join.send(predict("a", [1.0], request_id="fast-a"))
+            # A resolve of another env is not ordered behind env a's held predict.
+            overtaking = await join.call(resolve("b"))
+            assert overtaking.request_id == "b:resolve_adapter"
+            gate.release()
+            first, second = await join.receive(), await join.receive()
+            assert first is not None
+            assert second is not None
+            assert [first.request_id, second.request_id] == ["slow-a", "fast-a"]
+    assert model.entered == [99.0, 1.0]
+
+
+async def test_reset_release_and_close_on_the_wire(backend: BackendName, address: Where) -> None:
+    model = Echo()
+    with within(20):
+        async with serving(serve_model, model, address("model"), backend=backend) as served:
+            async with open_raw_client(served.address) as raw:
+                async with model_join(raw) as join:
+                    await join.call(resolve("e"))
+                    await join.call(predict("e", [1.0]))
+                    reset = await join.call(
+                        model_v1.JoinRequest(
+                            request_id="x",
+                            reset_adapter=model_v1.ResetAdapterRequest(
+                                context=model_v1.AdapterContext(env_id="e", request_id="e:r"),
+                                episode_ids=["e-ep0"],
+                            ),
+                        )
+                    )
+                    assert reset.reset_adapter == model_v1.ResetAdapterResponse()
+                    assert model.ended == ["e-ep0"]
+                    missing = await join.call(
+                        model_v1.JoinRequest(
+                            request_id="y",
+                            reset_adapter=model_v1.ResetAdapterRequest(episode_ids=["x"]),
+                        )
+                    )
+                    assert missing.error is not None
+                    assert "reset_adapter missing env_id" in missing.error.message
+                    released = await join.call(
+                        model_v1.JoinRequest(
+                            request_id="z",
+                            release_adapter=model_v1.ReleaseAdapterRequest(
+                                context=model_v1.AdapterContext(env_id="e", request_id="e:rel")
+                            ),
+                        )
+                    )
+                    assert released.release_adapter == model_v1.ReleaseAdapterResponse()
+                    gone = await join.call(predict("e", [1.0], request_id="e:p:3"))
+                    assert gone.error is not None
+                    assert "was not resolved" in gone.error.message
+                    closed = await join.call(
+                        model_v1.JoinRequest(
+                            request_id="c", close=model_v1.CloseParticipantRequest(reason="done")
+                        )
+                    )
+                    assert closed.close == model_v1.CloseParticipantResponse()
+                    # The server stops reading after Close and ends the stream with OK.
+                    assert await expect_status(join.raw) == (Status.OK, "")
+                # The server stays up after a client's Close.
+                async with model_join(raw) as join:
+                    assert (await join.call(resolve("e2"))).resolve_adapter is not None
+            served.stop()
+            await served.returned.wait()
+    assert model.closed == 1
+
+
+async def test_token_is_required_when_configured(backend: BackendName, address: Where) -> None:
+    with within(20):
+        async with serving(
+            serve_model, Echo(), address("model"), token="s3cret", backend=backend
+        ) as served:
+            for token in (None, "wrong"):
+                async with open_raw_client(served.address, token=token) as raw:
+                    with pytest.raises(GrpcError) as info:
+                        await handshake(raw)
+                    assert (info.value.status, info.value.message) == (
+                        Status.UNAUTHENTICATED,
+                        "invalid route token",
+                    )
+                    async with model_join(raw) as join:
+                        await join.send(resolve("e"))
+                        status = await expect_status(join.raw)
+                        assert status == (Status.UNAUTHENTICATED, "invalid route token")
+            async with open_raw_client(served.address, token="s3cret") as raw:
+                async with model_join(raw) as join:
+                    assert (await join.call(resolve("e"))).resolve_adapter is not None
+                # Health needs no token.
+                health = await raw.unary_bytes(HEALTH_CHECK, b"")
+                assert HealthCheckResponse.FromString(health).status == 1
+
+
+async def test_our_client_end_to_end(backend: BackendName, address: Where) -> None:
+    with within(20):
+        async with (
+            serving(serve_model, Chunky(), address("model"), backend=backend) as served,
+            open_model_client(served.address, backend=backend) as client,
+        ):
+            remote = ModelClientRuntimeModel(client)
+            needs = await remote.resolve("e", MODEL_SPEC, execution_horizon=2)
+            assert needs.history is None
+            assert not remote.wants_history
+            (prediction,) = await remote.predict_group([predict("e", [5.0]).predict])  # type: ignore[list-item]
+            assert not isinstance(prediction, Exception)
+            assert len(prediction.response.actions) == 2
+            await remote.release_adapter(
+                model_v1.ReleaseAdapterRequest(
+                    context=model_v1.AdapterContext(env_id="e", request_id="e:release_adapter")
+                ),
+                5.0,
+            )
+
+
+async def test_model_code_runs_off_the_event_loop(backend: BackendName, address: Where) -> None:
+    model = Echo()
+    with within(20):
+        async with (
+            serving(serve_model, model, address("model"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            model_join(raw) as join,
+        ):
+            await join.call(resolve("e"))
+            await join.call(predict("e", [1.0]))
+    assert model.threads
+    assert model.threads[0] != threading.main_thread().name
+    assert "asyncio" not in model.threads[0]
+
+
+async def test_health_reports_serving_and_is_not_stalled_by_a_held_model(
+    backend: BackendName, address: Where
+) -> None:
+    gate = Gate()
+    with within(20):
+        async with (
+            serving(serve_model, Echo(gate), address("model"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            open_raw_client(served.address) as prober,
+            model_join(raw) as join,
+        ):
+            await join.call(resolve("e"))
+            await join.send(predict("e", [99.0]))
+            await gate.entered.wait()
+            reply = await prober.unary_bytes(HEALTH_CHECK, HealthCheckRequest("").SerializeToString())
+            assert HealthCheckResponse.FromString(reply).status == 1
+            gate.release()
+            assert (await join.receive()) is not None
+
+
+async def test_remote_shutdown_is_refused_unless_allowed(
+    backend: BackendName, address: Where
+) -> None:
+    request = model_v1.ShutdownRequest(base=core_v1.ShutdownRequest(reason="bye"))
+    with within(20):
+        async with (
+            serving(serve_model, Echo(), address("a"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+        ):
+            refused = await raw.unary(MODEL_SHUTDOWN, request, model_v1.ShutdownResponse)
+            assert refused.base == core_v1.ShutdownResponse(
                 message="remote shutdown is disabled for this model endpoint"
             )
-            nursery.cancel_scope.cancel()
-        async with trio.open_nursery() as nursery:
-            address = await _serve(nursery, Slowable(), allow_remote_shutdown=True)
-            async with open_model_client(address) as client:
-                accepted = await client.shutdown("bye")
-            assert accepted == core_v1.ShutdownResponse(
-                accepted=True, message="shutdown accepted: bye"
-            )
-        # serve_model returned by itself: the nursery closed without a cancel.
+        async with serving(
+            serve_model, Echo(), address("b"), allow_remote_shutdown=True, backend=backend
+        ) as served:
+            async with open_raw_client(served.address) as raw:
+                accepted = await raw.unary(MODEL_SHUTDOWN, request, model_v1.ShutdownResponse)
+                assert accepted.base == core_v1.ShutdownResponse(
+                    accepted=True, message="shutdown accepted: bye"
+                )
+            await served.returned.wait()
+            assert not served.scope.cancel_called
+
+
+async def test_serve_model_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="token must not be empty"):
+        await serve_model(Echo(), token="")
+    with pytest.raises(ValueError, match="unknown gRPC backend"):
+        await serve_model(Echo(), backend="asyncio")  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- stopping
+
+
+def took(clock: object, start: float | None, expected: float, slack: float = 1.0) -> bool:
+    assert start is not None
+    elapsed = trio.current_time() - start
+    if clock is not None:
+        return elapsed == pytest.approx(expected, abs=1e-6)
+    return elapsed < expected + slack
+
+
+async def test_stop_with_an_idle_client_is_prompt_on_both_sides(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    with within(20):
+        async with (
+            serving(serve_model, Echo(), address("model"), drain_timeout=2, backend=backend) as s,
+            open_raw_client(s.address) as raw,
+            model_join(raw) as join,
+        ):
+            await join.call(resolve("e"))
+            s.stop()
+            assert await expect_status(join.raw) == SHUTTING_DOWN
+            assert took(clock, s.stopped_at, 0.0)
+            await s.returned.wait()
+            assert took(clock, s.stopped_at, 0.0)
+
+
+async def test_stop_drains_a_predict_in_progress_then_refuses(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    gate = Gate()
+    with within(20):
+        async with (
+            serving(serve_model, Echo(gate), address("model"), drain_timeout=5, backend=backend) as s,
+            open_raw_client(s.address) as raw,
+            model_join(raw) as join,
+        ):
+            await join.call(resolve("e"))
+            await join.send(predict("e", [99.0], request_id="held"))
+            await gate.entered.wait()
+            s.stop()
+            await trio.testing.wait_all_tasks_blocked()  # draining now
+            await join.send(predict("e", [1.0], request_id="late"))
+            gate.release()
+            answered = await join.receive()  # answered inside the drain
+            assert answered is not None
+            assert answered.request_id == "held"
+            assert answered.predict is not None
+            # The request sent while draining is refused: the stream ends with UNAVAILABLE
+            # (said by the session or, if the drain ended first, by the backend).
+            status, message = await expect_status(join.raw)
+            assert status is Status.UNAVAILABLE
+            assert message in ("the model server is shutting down", SHUTTING_DOWN[1])
+            await s.returned.wait()
+
+
