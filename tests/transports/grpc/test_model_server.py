@@ -502,3 +502,29 @@ async def test_stop_drains_a_predict_in_progress_then_refuses(
             await s.returned.wait()
 
 
+async def test_stop_past_the_drain_ends_a_predict_in_progress(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    """The client hears at once when the drain ends; the server returns only once the
+    model call it cannot interrupt has finished (close must never overlap it)."""
+    drain = 0.3
+    gate = Gate()
+    with within(20):
+        async with serving(
+            serve_model, Echo(gate), address("model"), drain_timeout=drain, backend=backend
+        ) as s:
+            try:
+                async with open_raw_client(s.address) as raw, model_join(raw) as join:
+                    await join.call(resolve("e"))
+                    await join.send(predict("e", [99.0]))
+                    await gate.entered.wait()
+                    s.stop()
+                    assert await expect_status(join.raw) == SHUTTING_DOWN
+                    assert took(clock, s.stopped_at, drain)
+                    assert not s.returned.is_set()
+            finally:
+                gate.release()  # the model call ends; only then does serve_model return
+            await s.returned.wait()
+
+
+_ = Discrete

@@ -549,9 +549,15 @@ class _Bridge:
         """Cancel scopes of the trio handlers running (trio side)."""
         self.tasks: set[asyncio.Task[Any]] = set()
         """grpclib's tasks serving calls (loop side); done once a call's status is sent."""
+        self.outcomes: set[asyncio.Future[tuple[Status, str] | None]] = set()
+        """How each open call ends, once its trio handler says (loop side)."""
 
-    async def wait_calls(self, grace: float) -> None:
-        """On the loop: wait (at most ``grace`` seconds) until every call has its status."""
+    async def end_calls(self, grace: float) -> None:
+        """On the loop: end every open call with UNAVAILABLE, even one whose trio handler
+        is stuck in code it cannot abandon, and wait (at most ``grace`` seconds) until every
+        call has sent its status."""
+        for outcome_ in list(self.outcomes):
+            _settle(outcome_, (Status.UNAVAILABLE, SHUTDOWN_MESSAGE))
         if self.tasks:
             await asyncio.wait(set(self.tasks), timeout=grace)
 
@@ -582,6 +588,8 @@ class _Bridge:
         pipe.outbox = asyncio.Queue()
         call = GrpclibServerCall(pipe, path, metadata, peer)
         result: asyncio.Future[tuple[Status, str] | None] = loop.create_future()
+        self.outcomes.add(result)
+        result.add_done_callback(self.outcomes.discard)
         scope_box: list[trio.CancelScope] = []
         scopes = self.scopes
         handler = self.handlers[path]
@@ -719,12 +727,12 @@ class GrpclibServer:
         """End every open call with UNAVAILABLE, then close every connection (bounded)."""
         self.stop_accepting()
         with trio.CancelScope(shield=True):
-            # The trio handlers end first, so grpclib sends each call's UNAVAILABLE status
-            # before the connections close.
+            # Every call gets its UNAVAILABLE status before the connections close, and the
+            # trio handlers are cancelled (a stuck one finishes later, unheard).
             for scope in list(self._bridge.scopes):
                 scope.cancel()
             with contextlib.suppress(Exception):
-                await self._portal.run(self._bridge.wait_calls, CLOSE_GRACE)
+                await self._portal.run(self._bridge.end_calls, CLOSE_GRACE)
                 await self._portal.run(self._server.close_connections, CLOSE_GRACE)
 
 
