@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from .env_server_support import SlowEnv
+from .servers import ToyEnv
 
-ENV = SlowEnv()
+ENV = ToyEnv()
 
 
-def make() -> SlowEnv:
-    return SlowEnv()
+def make() -> ToyEnv:
+    return ToyEnv()
 
 
 NOT_AN_ENV = 42

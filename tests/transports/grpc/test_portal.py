@@ -1,4 +1,5 @@
-"""The asyncio portal: results, exceptions, cancellation at every point, clean shutdown."""
+"""The asyncio portal the grpclib backend runs on: results, exceptions, cancellation at every
+point, clean shutdown."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_rlmesh.transports.grpc import PortalClosedError, open_portal
-from trio_rlmesh.transports.grpc._portal import THREAD_NAME
+from trio_rlmesh.transports.grpc._portal import THREAD_NAME, PortalClosedError, open_portal
 
 
 def portal_threads() -> list[threading.Thread]:
