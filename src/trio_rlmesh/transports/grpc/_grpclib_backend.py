@@ -132,6 +132,13 @@ def _status_received(stream: Any) -> GrpcError | None:
     return None
 
 
+def _ended_ok(stream: Any) -> bool:
+    """Whether the peer ended a grpclib protocol stream with an OK status (a reset that
+    followed it, such as RST_STREAM NO_ERROR after the trailers, changes nothing)."""
+    values = dict(getattr(stream, "trailers", None) or ())
+    return values.get("grpc-status") == "0"
+
+
 def _keepalive_expired(stream: Any, label: str, settings: GrpcSettings) -> ConnectionLost | None:
     """The loss, named, when grpclib closed the connection because a keepalive PING went
     unanswered (grpclib itself only says "Connection lost"). On the loop."""
@@ -340,7 +347,8 @@ class GrpclibClientCall:
             end = ConnectionLost("the call was cancelled by this side")
             raise
         except (StreamTerminatedError, GRPCError) as exc:
-            if isinstance(exc, StreamTerminatedError):
+            terminated = isinstance(exc, StreamTerminatedError)
+            if terminated:
                 # Messages that arrived before the reset still reach the caller (RLMesh
                 # sends an in-band error, then resets), even when the reset came before
                 # this pump read the response headers.
@@ -350,7 +358,10 @@ class GrpclibClientCall:
                         salvaged := await _read_message(stream._stream, max_size, salvage=True)
                     ) is not None:
                         pipe.deliver(salvaged)
-            end = _call_ended(exc, stream, pipe.label, self._settings)
+            if terminated and _ended_ok(stream._stream):
+                end = _END  # OK trailers, then a reset: the call ended cleanly
+            else:
+                end = _call_ended(exc, stream, pipe.label, self._settings)
         except Exception as exc:
             end = _from_grpclib(exc, pipe.label)
         finally:
