@@ -247,5 +247,6 @@ async def test_rlmesh_client_sees_a_status_when_our_server_stops_mid_run(
         stdout, stderr = b"".join(out), b"".join(err)
     text = stderr.decode(errors="replace")
     assert "h2 protocol error" not in text, text
-    assert "Unavailable" in text and "shutting down" in text, text
+    assert "Unavailable" in text, text
+    assert "shutting down" in text, text
     assert stdout.startswith(b"CLIENT ConnectionError"), stdout

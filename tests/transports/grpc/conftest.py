@@ -34,9 +34,7 @@ def backend(request: pytest.FixtureRequest) -> BackendName:
 
 
 @pytest.fixture
-def clock(
-    backend: BackendName, request: pytest.FixtureRequest
-) -> trio.testing.MockClock | None:
+def clock(backend: BackendName, request: pytest.FixtureRequest) -> trio.testing.MockClock | None:
     """The autojump clock on trio. A test module whose env or model code runs in worker
     threads sets ``AUTOJUMP_THRESHOLD`` (real seconds of idleness before virtual time
     jumps), so that time does not jump while a quick worker call is under way."""

@@ -137,12 +137,16 @@ class FakeModelService:
             self.join_ended.append(ended)
             self.join_done.set()
 
-    def _reply(self, request: model_v1.JoinRequest, fault: ModelFault | None) -> model_v1.JoinResponse:
+    def _reply(
+        self, request: model_v1.JoinRequest, fault: ModelFault | None
+    ) -> model_v1.JoinResponse:
         kind, body = betterproto2.which_one_of(request, "kind")
         reply = model_v1.JoinResponse(request_id=request.request_id, endpoint_total_ns=77)
         if fault == "error":
             reply.error = model_v1.ModelError(
-                code=model_v1.ModelErrorCode.INTERNAL, message="the model broke", is_recoverable=False
+                code=model_v1.ModelErrorCode.INTERNAL,
+                message="the model broke",
+                is_recoverable=False,
             )
         elif fault == "wrong_kind":
             reply.reset_adapter = model_v1.ResetAdapterResponse()

@@ -156,7 +156,9 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def serving(serve: Callable[..., Awaitable[None]], *args: Any, **kwargs: Any) -> AsyncIterator[Served]:
+async def serving(
+    serve: Callable[..., Awaitable[None]], *args: Any, **kwargs: Any
+) -> AsyncIterator[Served]:
     """Run ``serve(*args, **kwargs)`` (``serve_env`` or ``serve_model``) for the block."""
     async with trio.open_nursery() as nursery:
         scope = trio.CancelScope()
@@ -290,7 +292,9 @@ def resolve(env_id: str, spec: core_v1.EnvSpec = MODEL_SPEC, h: int = 1) -> mode
     )
 
 
-def predict(env_id: str, values: list[float], request_id: str | None = None) -> model_v1.JoinRequest:
+def predict(
+    env_id: str, values: list[float], request_id: str | None = None
+) -> model_v1.JoinRequest:
     request = predict_request(env_id, values, request_id=request_id)
     assert request.context is not None
     return model_v1.JoinRequest(request_id=request.context.request_id, predict=request)
@@ -347,5 +351,5 @@ def pb_field(number: int, wire_type: int, payload: bytes | int) -> bytes:
 
 
 def field_number(message_type: type[Any], name: str) -> int:
-    number: int = message_type._betterproto.meta_by_field_name[name].number  # type: ignore[attr-defined]
+    number: int = message_type._betterproto.meta_by_field_name[name].number
     return number

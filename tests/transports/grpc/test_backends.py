@@ -23,7 +23,13 @@ import trio
 import trio.testing
 
 from trio_rlmesh.transports.grpc import BACKENDS, BackendName, GrpcSettings
-from trio_rlmesh.transports.grpc._backend import Channel, Handler, RunningServer, ServerCall, get_backend
+from trio_rlmesh.transports.grpc._backend import (
+    Channel,
+    Handler,
+    RunningServer,
+    ServerCall,
+    get_backend,
+)
 from trio_rlmesh.transports.grpc._grpclib_backend import _configuration
 from trio_rlmesh.transports.grpc._settings import DEFAULT_SETTINGS
 from trio_rlmesh.transports.grpc._status import ConnectionLost, GrpcError, Status
@@ -191,7 +197,9 @@ def at(clock: object, start: float, expected: float, slack: float = 2.0) -> bool
 # ----------------------------------------------------------------------------- calls
 
 
-async def test_unary(pair: tuple[BackendName, BackendName], pair_clock: object, sockdir: Path) -> None:
+async def test_unary(
+    pair: tuple[BackendName, BackendName], pair_clock: object, sockdir: Path
+) -> None:
     with within(20):
         async with serve_and_connect(pair, sockdir) as p:
             assert await p.channel.unary(UNARY, b"hello") == b"hello"
@@ -265,7 +273,7 @@ async def test_metadata_carries_the_raw_token(
     ("status", "message"),
     [
         (Status.FAILED_PRECONDITION, "environment already has an active Join session"),
-        (Status.INVALID_ARGUMENT, "50% done: ✓ \"quoted\"\nnext line\ttab"),
+        (Status.INVALID_ARGUMENT, '50% done: ✓ "quoted"\nnext line\ttab'),
         (Status.UNAUTHENTICATED, "invalid env token"),
         (Status.NOT_FOUND, ""),
         (Status.UNAVAILABLE, "%41 is not an escape here"),
@@ -400,7 +408,9 @@ async def test_the_server_refuses_an_oversized_message_at_its_header(
     with within(20):
         async with (
             get_backend(role_backend).open_server(
-                where(role_backend, sockdir=sockdir), echo.handlers(), GrpcSettings(max_message_size=LIMIT)
+                where(role_backend, sockdir=sockdir),
+                echo.handlers(),
+                GrpcSettings(max_message_size=LIMIT),
             ) as server,
             open_raw_client(server.address) as raw,
         ):
@@ -458,7 +468,9 @@ async def test_the_client_reports_a_peer_reset(
 
     with within(20):
         async with (
-            open_fake_server({BIDI: reset, UNARY: Echo().unary}, where(role_backend, sockdir=sockdir)) as fake,
+            open_fake_server(
+                {BIDI: reset, UNARY: Echo().unary}, where(role_backend, sockdir=sockdir)
+            ) as fake,
             get_backend(role_backend).open_channel(fake.address, SETTINGS) as channel,
         ):
             call = await channel.open_call(BIDI)
@@ -466,7 +478,7 @@ async def test_the_client_reports_a_peer_reset(
                 await call.send_message(b"go")
                 # What arrived before the reset is still delivered, then the loss.
                 assert await call.receive_message() == b"before the reset"
-                with pytest.raises(ConnectionLost, match="reset|Stream reset"):
+                with pytest.raises(ConnectionLost, match=r"reset|Stream reset"):
                     await call.receive_message()
             finally:
                 await call.aclose()

@@ -16,9 +16,10 @@ import trio.testing
 
 from trio_rlmesh import EnvError, OperationTimeout, ProtocolError, SpecError, TransportError
 from trio_rlmesh.protocol import WORKFLOW_EDITION, env_v1, spaces_v1
-from trio_rlmesh.runtime._interfaces import RuntimeEnv
+from trio_rlmesh.runtime._interfaces import EnvStepResult, RuntimeEnv
 from trio_rlmesh.transports.grpc import (
     BackendName,
+    EnvClient,
     EnvClientRuntimeEnv,
     RemoteEnvError,
     open_env_client,
@@ -37,7 +38,7 @@ def kinds(service: FakeEnvService) -> list[str]:
     return [betterproto2.which_one_of(r, "kind")[0] for r in service.requests]
 
 
-def elapsed_is(clock: trio.testing.MockClock | None, start: float, expected: float) -> bool:
+def elapsed_is(clock: object, start: float, expected: float) -> bool:
     """Exactly ``expected`` seconds of virtual time, or (real clock) at least that and not
     much more."""
     elapsed = trio.current_time() - start
@@ -111,9 +112,11 @@ async def test_handshake_request_looks_like_a_010_client(
 ) -> None:
     service = FakeEnvService()
     with trio.fail_after(10):
-        async with serve_fake_env(service, address("env")) as fake:
-            async with open_env_client(fake.address, backend=backend):
-                pass
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend),
+        ):
+            pass
     base = service.handshakes[0].base
     assert base is not None
     assert base.protocol_generation == "rlmesh-wire-v1"
@@ -293,7 +296,7 @@ async def test_connect_timeout(backend: BackendName, clock: object, address: Whe
         async with serve_fake_env(FakeEnvService(), address("env")) as fake:
             fake.valve.freeze()
             start = trio.current_time()
-            with pytest.raises(OperationTimeout, match="timed out after 0.3 s") as info:
+            with pytest.raises(OperationTimeout, match=r"timed out after 0\.3 s") as info:
                 async with open_env_client(fake.address, connect_timeout=0.3, backend=backend):
                     pass
             assert elapsed_is(clock, start, 0.3)
@@ -335,7 +338,7 @@ async def test_stream_reset_is_a_transport_error(
             open_env_client(fake.address, backend=backend) as env,
         ):
             await env.reset()
-            with pytest.raises(TransportError, match="connection lost during env.step") as info:
+            with pytest.raises(TransportError, match=r"connection lost during env\.step") as info:
                 await env.step(action(1))
     assert info.value.code is None
     assert "reset" in str(info.value).lower()
@@ -389,11 +392,8 @@ async def test_timeout_ms_propagation(backend: BackendName, clock: object, addre
                 original = env_v1.ResetRequest(seeds=[1])
                 await env.reset(original)
                 assert original.timeout_ms == 0  # the caller's message is not modified
-    sent = [
-        r.reset.timeout_ms if r.reset is not None else r.step.timeout_ms
-        for r in service.requests
-        if r.reset is not None or r.step is not None
-    ]
+    bodies = [r.reset if r.reset is not None else r.step for r in service.requests]
+    sent = [body.timeout_ms for body in bodies if body is not None]
     assert sent == [2500, 2500, 250, 777, 0, 0]
 
 
@@ -460,11 +460,11 @@ async def test_stale_replies_are_skipped_after_cancellations(
     assert len(service.held) == 41
 
 
-async def _released_step(env: object, service: FakeEnvService, i: int) -> object:
-    results: list[object] = []
+async def _released_step(env: EnvClient, service: FakeEnvService, i: int) -> EnvStepResult:
+    results: list[EnvStepResult] = []
 
     async def run() -> None:
-        results.append(await env.step(action(i)))  # type: ignore[attr-defined]
+        results.append(await env.step(action(i)))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run)
@@ -513,7 +513,7 @@ async def test_concurrent_requests_are_demultiplexed(
                 async def lane(k: int) -> None:
                     request = action(10 + k)
                     request.env_indices = [k]
-                    result = await env.step(request)  # noqa: B023 - awaited in the loop
+                    result = await env.step(request)
                     order.append(k)  # noqa: B023
                     assert result.response.env_indices == [k]
                     results[k] = result.response.rewards  # noqa: B023
@@ -524,10 +524,7 @@ async def test_concurrent_requests_are_demultiplexed(
                         nursery.start_soon(lane, k)
                     for _ in range(4):
                         await service.inbox.receive()
-                    pending = {
-                        h.request.step.env_indices[0]: h  # type: ignore[union-attr]
-                        for h in service.held[-4:]
-                    }
+                    pending = {h.request.step.env_indices[0]: h for h in service.held[-4:]}
                     for k in (3, 2, 1, 0):
                         pending[k].release.set()
                         await done[k].wait()

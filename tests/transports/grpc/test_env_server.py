@@ -29,7 +29,12 @@ from trio_rlmesh.protocol import (
 from trio_rlmesh.protocol._fastwire import encode_env_timing_tail
 from trio_rlmesh.spaces import from_gymnasium
 from trio_rlmesh.transports.grpc import BackendName, serve_env
-from trio_rlmesh.transports.grpc._env_adapter import EpisodeTracker, StepOutcome, WireError, encode_png
+from trio_rlmesh.transports.grpc._env_adapter import (
+    EpisodeTracker,
+    StepOutcome,
+    WireError,
+    encode_png,
+)
 from trio_rlmesh.transports.grpc._handshake import ENV_SHUTDOWN, HEALTH_CHECK
 from trio_rlmesh.transports.grpc._health import HealthCheckRequest, HealthCheckResponse
 from trio_rlmesh.transports.grpc._status import GrpcError, Status
@@ -559,9 +564,7 @@ async def test_configure_edition_check(backend: BackendName, address: Where) -> 
 # --------------------------------------------------------------------------------- conformance
 
 
-async def test_conformance_warn_once_and_nan_rejected(
-    backend: BackendName, address: Where
-) -> None:
+async def test_conformance_warn_once_and_nan_rejected(backend: BackendName, address: Where) -> None:
     with within(20):
         async with (
             serving(
@@ -586,9 +589,7 @@ async def test_conformance_warn_once_and_nan_rejected(
             assert "NaN" in nan.error.message
 
 
-async def test_action_out_of_domain_is_invalid_action(
-    backend: BackendName, address: Where
-) -> None:
+async def test_action_out_of_domain_is_invalid_action(backend: BackendName, address: Where) -> None:
     with within(20):
         async with (
             serving(serve_env, ToyEnv(), address("env"), backend=backend) as served,
@@ -647,7 +648,9 @@ async def test_health_check_not_stalled_by_a_stuck_env(
             open_raw_client(served.address) as raw,
             open_raw_client(served.address) as prober,
         ):
-            health = await prober.unary_bytes(HEALTH_CHECK, HealthCheckRequest("").SerializeToString())
+            health = await prober.unary_bytes(
+                HEALTH_CHECK, HealthCheckRequest("").SerializeToString()
+            )
             assert HealthCheckResponse.FromString(health).status == 1
             with pytest.raises(GrpcError) as info:
                 await prober.unary_bytes(

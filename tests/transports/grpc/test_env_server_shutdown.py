@@ -72,7 +72,13 @@ async def test_idle_client_gets_a_prompt_recoverable_transport_error(
 ) -> None:
     with within(20):
         async with (
-            serving(serve_env, gym.make("CartPole-v1"), address("env"), drain_timeout=2.0, backend=backend) as s,
+            serving(
+                serve_env,
+                gym.make("CartPole-v1"),
+                address("env"),
+                drain_timeout=2.0,
+                backend=backend,
+            ) as s,
             open_env_client(s.address, request_timeout=30, backend=backend) as env,
         ):
             await env.reset(env_v1.ResetRequest(seeds=[0]))
@@ -93,7 +99,9 @@ async def test_client_mid_step_is_answered_within_the_drain_then_refused(
     gate = Gate()
     with within(20):
         async with (
-            serving(serve_env, ToyEnv(gate=gate), address("env"), drain_timeout=5.0, backend=backend) as s,
+            serving(
+                serve_env, ToyEnv(gate=gate), address("env"), drain_timeout=5.0, backend=backend
+            ) as s,
             open_env_client(s.address, request_timeout=30, backend=backend) as env,
         ):
             await env.reset()
@@ -124,7 +132,13 @@ async def test_client_mid_step_past_the_drain_gets_a_prompt_status(
     try:
         with within(20):
             async with (
-                serving(serve_env, ToyEnv(gate=gate), address("env"), drain_timeout=drain, backend=backend) as s,
+                serving(
+                    serve_env,
+                    ToyEnv(gate=gate),
+                    address("env"),
+                    drain_timeout=drain,
+                    backend=backend,
+                ) as s,
                 open_raw_client(s.address) as raw,
                 env_join(raw) as join,
             ):
@@ -184,7 +198,9 @@ async def test_run_local_ends_with_transport_error_when_the_server_stops(
     backend: BackendName, clock: object, address: Where
 ) -> None:
     with within(20):
-        async with serving(serve_env, gym.make("CartPole-v1"), address("env"), backend=backend) as s:
+        async with serving(
+            serve_env, gym.make("CartPole-v1"), address("env"), backend=backend
+        ) as s:
             options = RunLocalOptions(
                 s.address, max_episodes=1000, limits=RuntimeLimits(env_step_timeout=2)
             )

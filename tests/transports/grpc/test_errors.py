@@ -178,7 +178,7 @@ def test_decoder_refuses_at_the_header_and_holds_nothing() -> None:
 def test_decoder_reassembles_split_messages() -> None:
     decoder = MessageDecoder(max_size=100)
     stream = frame(b"a" * 10) + frame(b"") + frame(b"b" * 30)
-    out = []
+    out: list[bytes] = []
     for i in range(0, len(stream), 3):
         out.extend(decoder.feed(stream[i : i + 3]))
     assert out == [b"a" * 10, b"", b"b" * 30]
@@ -190,5 +190,6 @@ def test_settings_validation() -> None:
         GrpcSettings(keepalive_interval=0)
     with pytest.raises(ValueError, match="max_message_size"):
         GrpcSettings(max_message_size=0)
-    assert GrpcSettings().keepalive_interval == 10.0
-    assert GrpcSettings().keepalive_interval + GrpcSettings().keepalive_timeout <= 30.0
+    default = GrpcSettings()
+    assert default.keepalive_interval == 10.0
+    assert default.keepalive_interval + default.keepalive_timeout <= 30.0

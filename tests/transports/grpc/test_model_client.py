@@ -132,13 +132,13 @@ async def test_a_duplicate_request_id_in_flight_is_refused_locally(
         async with (
             serve_fake_model(service, address("model")) as fake,
             open_model_client(fake.address, backend=backend) as client,
+            trio.open_nursery() as nursery,
         ):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(client.predict, predict_request("e", [1.0], request_id="same"))
-                await service.inbox.receive()
-                with pytest.raises(ProtocolError, match="already in flight"):
-                    await client.predict(predict_request("e", [2.0], request_id="same"))
-                service.held[0].release.set()
+            nursery.start_soon(client.predict, predict_request("e", [1.0], request_id="same"))
+            await service.inbox.receive()
+            with pytest.raises(ProtocolError, match="already in flight"):
+                await client.predict(predict_request("e", [2.0], request_id="same"))
+            service.held[0].release.set()
     assert len(service.requests) == 1
 
 
@@ -293,8 +293,10 @@ async def test_a_frozen_model_server_is_noticed_by_keepalive(
     backend: BackendName, clock: object, address: Where
 ) -> None:
     service = FakeModelService(faults={1: "freeze"})
-    settings = GrpcSettings() if backend == "trio" else GrpcSettings(
-        keepalive_interval=0.5, keepalive_timeout=0.5
+    settings = (
+        GrpcSettings()
+        if backend == "trio"
+        else GrpcSettings(keepalive_interval=0.5, keepalive_timeout=0.5)
     )
     with trio.fail_after(60):
         async with (

@@ -407,7 +407,9 @@ async def test_health_reports_serving_and_is_not_stalled_by_a_held_model(
             await join.call(resolve("e"))
             await join.send(predict("e", [99.0]))
             await gate.entered.wait()
-            reply = await prober.unary_bytes(HEALTH_CHECK, HealthCheckRequest("").SerializeToString())
+            reply = await prober.unary_bytes(
+                HEALTH_CHECK, HealthCheckRequest("").SerializeToString()
+            )
             assert HealthCheckResponse.FromString(reply).status == 1
             gate.release()
             assert (await join.receive()) is not None
@@ -479,7 +481,9 @@ async def test_stop_drains_a_predict_in_progress_then_refuses(
     gate = Gate()
     with within(20):
         async with (
-            serving(serve_model, Echo(gate), address("model"), drain_timeout=5, backend=backend) as s,
+            serving(
+                serve_model, Echo(gate), address("model"), drain_timeout=5, backend=backend
+            ) as s,
             open_raw_client(s.address) as raw,
             model_join(raw) as join,
         ):

@@ -28,12 +28,12 @@ from trio_rlmesh.transports.grpc import (
     BACKENDS,
     BackendName,
     GrpcSettings,
+    _env_client,
     open_env_client,
     serve_env,
     serve_model,
 )
-from trio_rlmesh.transports.grpc import _env_client
-from trio_rlmesh.transports.grpc._backend import get_backend
+from trio_rlmesh.transports.grpc._backend import ClientCall, get_backend
 from trio_rlmesh.transports.grpc._codec import encode
 from trio_rlmesh.transports.grpc._handshake import ENV_JOIN, MODEL_JOIN
 from trio_rlmesh.transports.grpc._status import GrpcError, Status
@@ -54,7 +54,7 @@ from .servers import (
     step,
     within,
 )
-from .wire import RawClient, expect_status, lying_prefix, open_raw_client
+from .wire import RawClient, RawStream, expect_status, lying_prefix, open_raw_client
 
 Where = Callable[[str], str]
 
@@ -223,6 +223,17 @@ def mutate(rng: random.Random, seeds: list[bytes]) -> bytes:
     return bytes(data)
 
 
+async def _read_all(call: RawStream) -> tuple[list[bytes], GrpcError | None]:
+    """Every reply of a call, and the non-OK status it ended with (if any)."""
+    replies = []
+    try:
+        while (reply := await call.receive_bytes()) is not None:
+            replies.append(reply)
+    except GrpcError as exc:
+        return replies, exc
+    return replies, None
+
+
 async def _fuzz(
     raw: RawClient, path: str, seeds: list[bytes], reply_type: type[Any], rng: random.Random
 ) -> dict[str, int]:
@@ -231,13 +242,10 @@ async def _fuzz(
         data = mutate(rng, seeds)
         call = await raw.open(path)
         await call.send(data, end=True)
-        replies = []
-        try:
-            while (reply := await call.receive_bytes()) is not None:
-                replies.append(reply)
-        except GrpcError as exc:
-            assert exc.status is Status.INTERNAL, (data, exc)
-            assert exc.message.startswith("failed to decode JoinRequest"), (data, exc)
+        replies, refusal = await _read_all(call)
+        if refusal is not None:
+            assert refusal.status is Status.INTERNAL, (data, refusal)
+            assert refusal.message.startswith("failed to decode JoinRequest"), (data, refusal)
             assert replies == [], data
             outcomes["refused"] += 1
             continue
@@ -292,19 +300,22 @@ async def test_two_arms_of_one_oneof_last_wins_on_the_env_server(
     # A step arm then a reset arm, in one message: valid protobuf, and it is a reset.
     both = encode(step("both", 1)) + encode(reset("both", seeds=[4]))
     with within(20):
-        async with env_server(backend, address) as where:
-            async with open_raw_client(where) as raw, env_join(raw) as join:
-                await join.send(both)
-                reply = await join.receive()
-                assert reply is not None
-                assert reply.request_id == "both"
-                assert reply.reset is not None, reply
-                assert reply.error is None
-                # And the other order is a step (the env was reset just now).
-                await join.send(encode(reset("again")) + encode(step("again", 1)))
-                reply = await join.receive()
-                assert reply is not None
-                assert reply.step is not None, reply
+        async with (
+            env_server(backend, address) as where,
+            open_raw_client(where) as raw,
+            env_join(raw) as join,
+        ):
+            await join.send(both)
+            reply = await join.receive()
+            assert reply is not None
+            assert reply.request_id == "both"
+            assert reply.reset is not None, reply
+            assert reply.error is None
+            # And the other order is a step (the env was reset just now).
+            await join.send(encode(reset("again")) + encode(step("again", 1)))
+            reply = await join.receive()
+            assert reply is not None
+            assert reply.step is not None, reply
 
 
 async def test_two_arms_of_one_oneof_last_wins_on_the_model_server(
@@ -312,13 +323,16 @@ async def test_two_arms_of_one_oneof_last_wins_on_the_model_server(
 ) -> None:
     both = encode(predict("e", [1.0], request_id="both")) + encode(resolve("e"))
     with within(20):
-        async with model_server(backend, address) as where:
-            async with open_raw_client(where) as raw, model_join(raw) as join:
-                await join.send(both)
-                reply = await join.receive()
-                assert reply is not None
-                assert reply.resolve_adapter is not None, reply
-                assert reply.error is None
+        async with (
+            model_server(backend, address) as where,
+            open_raw_client(where) as raw,
+            model_join(raw) as join,
+        ):
+            await join.send(both)
+            reply = await join.receive()
+            assert reply is not None
+            assert reply.resolve_adapter is not None, reply
+            assert reply.error is None
 
 
 # ------------------------------------------------------------- memory stays bounded
@@ -444,11 +458,15 @@ async def test_a_second_join_is_refused_as_busy_in_words_on_every_client_backend
             async with get_backend(backend).open_channel(served.address, SETTINGS) as channel:
                 for _ in range(refusals):
                     call = await channel.open_call(ENV_JOIN)
-                    try:
+
+                    async def second_join(call: ClientCall = call) -> None:
                         # The status may already be in when the request goes out.
+                        await call.send_message(encode(reset("second")))
+                        await call.receive_message()
+
+                    try:
                         with pytest.raises(GrpcError) as info:
-                            await call.send_message(encode(reset("second")))
-                            await call.receive_message()
+                            await second_join()
                     finally:
                         await call.aclose()
                     assert info.value.status is Status.FAILED_PRECONDITION
@@ -472,8 +490,10 @@ async def test_a_frozen_server_is_noticed_by_keepalive_with_the_cause_named(
     silent. grpclib's keepalive runs on asyncio's real clock, so it is shown with
     0.5 s + 0.5 s settings there."""
     service = FakeEnvService(faults={1: "freeze"})
-    settings = GrpcSettings() if backend == "trio" else GrpcSettings(
-        keepalive_interval=0.5, keepalive_timeout=0.5
+    settings = (
+        GrpcSettings()
+        if backend == "trio"
+        else GrpcSettings(keepalive_interval=0.5, keepalive_timeout=0.5)
     )
     due = 30.0 if backend == "trio" else 1.0
     with within(20):
@@ -561,20 +581,27 @@ async def test_client_vanishing_mid_step_frees_the_join(
 ) -> None:
     with within(20):
         async with env_server(backend, address) as where:
-            async with open_raw_client(where) as raw:
-                async with env_join(raw) as join:
-                    await join.call(reset("r"))
-                    await join.send(step("s", 1))
-                    raw.vanish()  # no RST_STREAM, no GOAWAY: the socket just closes
-            for attempt in range(100):
-                # The slot frees once the server notices; until then, a clear refusal.
-                try:
-                    await assert_env_served(where)
+            async with open_raw_client(where) as raw, env_join(raw) as join:
+                await join.call(reset("r"))
+                await join.send(step("s", 1))
+                raw.vanish()  # no RST_STREAM, no GOAWAY: the socket just closes
+            # The slot frees once the server notices; until then, a clear refusal. (Each
+            # attempt is a whole round trip: no sleeping between them.)
+            for _ in range(1000):
+                refusal = await _served_or_refused(where)
+                if refusal is None:
                     break
-                except GrpcError as exc:
-                    assert exc.status is Status.FAILED_PRECONDITION
-                    assert attempt < 99
-                    await trio.sleep(0.01)
+                assert refusal.status is Status.FAILED_PRECONDITION
+            else:
+                raise AssertionError("the vanished client's Join slot was never freed")
+
+
+async def _served_or_refused(address: str) -> GrpcError | None:
+    try:
+        await assert_env_served(address)
+    except GrpcError as exc:
+        return exc
+    return None
 
 
 async def test_wrong_token_is_refused_on_every_call(backend: BackendName, address: Where) -> None:

@@ -22,7 +22,7 @@ from trio_rlmesh.protocol import env_v1, spaces_v1
 from trio_rlmesh.transports.grpc import BackendName, RemoteEnvError, open_env_client, serve_env
 from trio_rlmesh.transports.grpc._status import Status
 
-from .fake_env import FATAL_MESSAGE, Fault, FakeEnvService, serve_fake_env
+from .fake_env import FATAL_MESSAGE, FakeEnvService, Fault, serve_fake_env
 from .servers import Code, ToyEnv, env_join, reset, serving, step, within
 from .wire import expect_status, open_raw_client
 
@@ -41,7 +41,7 @@ async def test_an_in_band_env_error_followed_by_the_stream_end_is_the_env_error(
 ) -> None:
     """RLMesh's order: the EnvError reply, then RST_STREAM (NO_ERROR or CANCEL) or OK
     trailers. The caller gets the EnvError with RLMesh's code and message, every time."""
-    service = FakeEnvService(faults={n: then for n in range(1, 100)})
+    service = FakeEnvService(faults=dict.fromkeys(range(1, 100), then))
     with trio.fail_after(30):
         async with serve_fake_env(service, address("env")) as fake:
             for _ in range(10):

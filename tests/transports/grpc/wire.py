@@ -175,7 +175,7 @@ async def open_fake_server(
 
 
 def _encoded(message: Any) -> bytes:
-    return message if isinstance(message, (bytes, bytearray)) else bytes(message)
+    return bytes(message)
 
 
 @attrs.define(eq=False)
@@ -193,7 +193,9 @@ class RawStream:
         """Send ``data`` as DATA frames, unframed (the caller writes the length prefixes)."""
         conn = self.conn
         sid = self.stream.stream_id
-        if len(data) <= min(conn._h2.local_flow_control_window(sid), conn._h2.max_outbound_frame_size):
+        if len(data) <= min(
+            conn._h2.local_flow_control_window(sid), conn._h2.max_outbound_frame_size
+        ):
             conn._h2.send_data(sid, data, end_stream=end)
         else:
             await conn._send_chunks(self.stream, memoryview(data), end)

@@ -151,7 +151,9 @@ def _keepalive_expired(stream: Any, label: str, settings: GrpcSettings) -> Conne
     )
 
 
-def _call_ended(exc: BaseException, stream: Any, label: str, settings: GrpcSettings) -> BaseException:
+def _call_ended(
+    exc: BaseException, stream: Any, label: str, settings: GrpcSettings
+) -> BaseException:
     """How a client call that raised ``exc`` ended. A status the peer already sent wins: a
     status followed by a reset (a busy env's refusal, then RST_STREAM) is that status, and
     so is a trailers-only status grpclib itself rejects (grpclib's server sends UNIMPLEMENTED

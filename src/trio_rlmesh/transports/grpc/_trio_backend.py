@@ -129,12 +129,13 @@ class TrioChannel:
             conn = self._conn
             if conn is not None and conn.failure is None:
                 return conn
-            if self._closed:
-                raise ConnectionLost(f"the channel to {self.label} is closed")
+            self._check_open()
             transport = await connect(self.address)
-            if self._closed:
+            try:
+                self._check_open()  # closed while connecting
+            except ConnectionLost:
                 await trio.aclose_forcefully(transport)
-                raise ConnectionLost(f"the channel to {self.label} is closed")
+                raise
             authority = self.address.authority if self.address.kind == "tcp" else "localhost"
             conn = H2Connection(
                 transport,
@@ -146,6 +147,10 @@ class TrioChannel:
             await self._nursery.start(_run_connection, conn)
             self._conn = conn
             return conn
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConnectionLost(f"the channel to {self.label} is closed")
 
     async def open_call(
         self,
