@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
@@ -37,7 +37,6 @@ from trio_rlmesh.transports.grpc._trio_backend import TrioServerCall
 
 from .servers import within
 from .wire import (
-    RAW_SETTINGS,
     expect_status,
     lying_prefix,
     open_fake_server,
@@ -707,6 +706,3 @@ def test_grpclib_keepalive_settings_notice_a_frozen_peer_within_30_s_by_default(
     assert not config._keepalive_permit_without_calls
     off = _configuration(GrpcSettings(keepalive_interval=None))
     assert off._keepalive_time is None
-
-
-_ = (RAW_SETTINGS, AbstractAsyncContextManager)

@@ -16,6 +16,7 @@ import trio
 import trio.testing
 
 from tests.model.helpers import OBS
+from trio_rlmesh import TransportError
 from trio_rlmesh.model import Model
 from trio_rlmesh.protocol import (
     CAP_CONCURRENT_PREDICT,
@@ -25,7 +26,7 @@ from trio_rlmesh.protocol import (
     model_v1,
 )
 from trio_rlmesh.protocol._spacespec import space_to_spec
-from trio_rlmesh.spaces import Box, Discrete, decode_batch
+from trio_rlmesh.spaces import Box, decode_batch
 from trio_rlmesh.transports.grpc import (
     BackendName,
     ModelClientRuntimeModel,
@@ -531,4 +532,19 @@ async def test_stop_past_the_drain_ends_a_predict_in_progress(
             await s.returned.wait()
 
 
-_ = Discrete
+async def test_our_model_client_hears_the_stop_at_once(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    with within(20):
+        async with (
+            serving(serve_model, Echo(), address("model"), drain_timeout=2, backend=backend) as s,
+            open_model_client(s.address, backend=backend) as client,
+        ):
+            await client.resolve_adapter(resolve("e").resolve_adapter)  # type: ignore[arg-type]
+            s.stop()
+            await s.returned.wait()
+            with pytest.raises(TransportError, match="shutting down") as info:
+                await client.predict(predict("e", [1.0]).predict)  # type: ignore[arg-type]
+            assert took(clock, s.stopped_at, 0.0)
+    assert info.value.code == "UNAVAILABLE"
+    assert info.value.recoverable

@@ -47,6 +47,9 @@ __all__ = [
     "RawClient",
     "RawStream",
     "Valve",
+    "expect_status",
+    "frame",
+    "lying_prefix",
     "open_fake_server",
     "open_raw_client",
 ]
@@ -331,6 +334,3 @@ async def expect_status(call: RawStream) -> tuple[Status, str]:
 def lying_prefix(length: int) -> bytes:
     """A message header announcing ``length`` bytes (nothing of the body)."""
     return b"\x00" + length.to_bytes(4, "big")
-
-
-__all__ += ["expect_status", "frame", "lying_prefix"]
