@@ -45,7 +45,7 @@ Fault = Literal[
     "drop",  # close the connection instead of answering (no status)
     "reset",  # RST_STREAM(CANCEL) instead of answering
     "freeze",  # stop reading and answering (keepalive PINGs included)
-    "silent",  # never answer (the connection stays healthy)
+    "silent",  # never answer this request (the stream and connection go on)
     "error",  # a recoverable in-band INVALID_ACTION
     "wrong_kind",  # a reset reply to a step
     "fatal_reset",  # RLMesh on a raising env: in-band INTERNAL, then RST_STREAM
@@ -211,8 +211,6 @@ class FakeEnvService:
         if fault == "freeze":
             assert self.server is not None
             self.server.valve.freeze()
-            await trio.sleep_forever()
-        if fault == "silent":
             await trio.sleep_forever()
         if fault in ("fatal_reset", "fatal_end", "fatal_cancel"):
             reply = env_v1.JoinResponse(
