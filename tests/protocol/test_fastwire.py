@@ -334,26 +334,6 @@ def test_fast_path_matches_betterproto2(name: str) -> None:
     check()
 
 
-@SETTINGS
-@given(STEP_REQUEST, RESET_REQUEST, TEXT)
-def test_join_builders_match_betterproto2(
-    step: env_v1.StepRequest, reset: env_v1.ResetRequest, request_id: str
-) -> None:
-    step_bytes = bytes(env_v1.JoinRequest(step=step, request_id=request_id))
-    assert fw.encode_env_join_step(step, request_id) == step_bytes
-    reset_bytes = bytes(env_v1.JoinRequest(reset=reset, request_id=request_id))
-    assert fw.encode_env_join_reset(reset, request_id) == reset_bytes
-
-
-@SETTINGS
-@given(PREDICT_REQUEST, TEXT)
-def test_predict_builder_matches_betterproto2(
-    predict: model_v1.PredictRequest, request_id: str
-) -> None:
-    expected = bytes(model_v1.JoinRequest(predict=predict, request_id=request_id))
-    assert fw.encode_model_join_predict(predict, request_id) == expected
-
-
 def _capture(stem: str) -> bytes:
     (path,) = CAPTURES.glob(f"{stem}_*.hex")
     return bytes.fromhex(path.read_text().strip())

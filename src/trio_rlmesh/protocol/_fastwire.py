@@ -46,12 +46,9 @@ __all__ = [
     "decode_model_join_request",
     "decode_model_join_response",
     "encode_env_join",
-    "encode_env_join_reset",
     "encode_env_join_response",
-    "encode_env_join_step",
     "encode_env_timing_tail",
     "encode_model_join",
-    "encode_model_join_predict",
     "encode_model_join_response",
 ]
 
@@ -324,12 +321,6 @@ def _encoded(fast: Callable[[Any], bytes], message: Any) -> bytes:
         return bytes(message)
 
 
-def _join_with(tag: bytes, body: bytes, request_id: str) -> bytes:
-    """A Join request holding one oneof arm (``tag``, already encoded ``body``) and its id."""
-    out = tag + _uvarint(len(body)) + body
-    return out + _text_field(b"\x2a", request_id) if request_id else out
-
-
 def _enc_env_join_response(m: env_v1.JoinResponse) -> bytes:
     if m.render is not None or m.close is not None:
         raise _Fallback
@@ -348,22 +339,6 @@ def _enc_env_join_response(m: env_v1.JoinResponse) -> bytes:
 def encode_env_join(message: env_v1.JoinRequest) -> bytes:
     """``bytes(message)`` for an env JoinRequest; step and reset requests take the fast path."""
     return _encoded(_enc_env_join, message)
-
-
-def encode_env_join_step(step: env_v1.StepRequest, request_id: str) -> bytes:
-    """``bytes(env_v1.JoinRequest(step=step, request_id=request_id))``, without building it."""
-    try:
-        return _join_with(b"\x12", _enc_step_request(step), request_id)
-    except Exception:
-        return bytes(env_v1.JoinRequest(step=step, request_id=request_id))
-
-
-def encode_env_join_reset(reset: env_v1.ResetRequest, request_id: str) -> bytes:
-    """``bytes(env_v1.JoinRequest(reset=reset, request_id=request_id))``, without building it."""
-    try:
-        return _join_with(b"\x0a", _enc_reset_request(reset), request_id)
-    except Exception:
-        return bytes(env_v1.JoinRequest(reset=reset, request_id=request_id))
 
 
 def encode_env_timing_tail(
@@ -1041,14 +1016,6 @@ def _enc_model_join_response(m: model_v1.JoinResponse) -> bytes:
 def encode_model_join(message: model_v1.JoinRequest) -> bytes:
     """``bytes(message)`` for a model JoinRequest; predict and reset_adapter are fast."""
     return _encoded(_enc_model_join, message)
-
-
-def encode_model_join_predict(predict: model_v1.PredictRequest, request_id: str) -> bytes:
-    """``bytes(model_v1.JoinRequest(predict=predict, request_id=request_id))``."""
-    try:
-        return _join_with(b"\x12", _enc_predict_request(predict), request_id)
-    except Exception:
-        return bytes(model_v1.JoinRequest(predict=predict, request_id=request_id))
 
 
 def encode_model_join_response(message: model_v1.JoinResponse) -> bytes:
