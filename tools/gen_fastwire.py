@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -450,8 +451,22 @@ def _emit_decoder(
     else:
         out(2, "else:")
         out(3, f"{out.use('_unexpected')}(data, pos - 1, end)")
-    kwargs = ", ".join(f"{f.name}=f_{f.name}" for f in handled)
-    out(1, f"return {alias}({kwargs})")
+    out(1, f"return {alias}({_arguments(cls, fields, declined)})")
+
+
+def _arguments(cls: type[Any], fields: list[_Field], declined: tuple[str, ...]) -> str:
+    """The arguments building a decoded ``cls``: positional when ``__init__`` allows it.
+
+    Positional arguments halve the cost of building a message with many fields (a
+    JoinResponse: 0.5 us instead of 1.1 us), so they are used whenever ``__init__`` takes
+    exactly the metadata's fields, in order; a declined arm is passed as ``None``, its
+    default.
+    """
+    parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    positional = [p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
+    if positional != [f.name for f in fields] or len(parameters) != len(fields):
+        return ", ".join(f"{f.name}=f_{f.name}" for f in fields if f.name not in declined)
+    return ", ".join("None" if f.name in declined else f"f_{f.name}" for f in fields)
 
 
 def _decode_branches(field: _Field, names: _Names, out: _Out) -> Iterator[tuple[int, list[str]]]:

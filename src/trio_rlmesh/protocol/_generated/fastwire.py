@@ -147,7 +147,7 @@ def dec_env_v1_JoinRequest(data: bytes, pos: int, end: int) -> env_v1.JoinReques
             f_request_id = data[start:pos].decode("utf-8")
         else:
             _unexpected(data, pos - 1, end)
-    return env_v1_JoinRequest(reset=f_reset, step=f_step, request_id=f_request_id)
+    return env_v1_JoinRequest(f_reset, f_step, None, None, None, f_request_id)
 
 
 def enc_env_v1_ResetRequest(m: env_v1.ResetRequest) -> bytes:
@@ -215,7 +215,7 @@ def dec_env_v1_ResetRequest(data: bytes, pos: int, end: int) -> env_v1.ResetRequ
             f_episode_ids.append(data[start:pos].decode("utf-8"))
         else:
             _unexpected(data, pos - 1, end)
-    return env_v1_ResetRequest(seeds=f_seeds, options=f_options, timeout_ms=f_timeout_ms, env_indices=f_env_indices, episode_ids=f_episode_ids)
+    return env_v1_ResetRequest(f_seeds, f_options, f_timeout_ms, f_env_indices, f_episode_ids)
 
 
 def enc_spaces_v1_MetaMap(m: spaces_v1.MetaMap) -> bytes:
@@ -262,7 +262,7 @@ def dec_spaces_v1_MetaMap(data: bytes, pos: int, end: int) -> spaces_v1.MetaMap:
             f_entries[k_entries] = spaces_v1_MetaValue() if v_entries is None else v_entries
         else:
             _unexpected(data, pos - 1, end)
-    return spaces_v1_MetaMap(entries=f_entries)
+    return spaces_v1_MetaMap(f_entries)
 
 
 def enc_spaces_v1_MetaValue(m: spaces_v1.MetaValue) -> bytes:
@@ -361,7 +361,7 @@ def dec_spaces_v1_MetaValue(data: bytes, pos: int, end: int) -> spaces_v1.MetaVa
             f_map = dec_spaces_v1_MetaMap(data, start, pos)
         else:
             _unexpected(data, pos - 1, end)
-    return spaces_v1_MetaValue(integer=f_integer, number=f_number, text=f_text, bool=f_bool, bytes=f_bytes, list=f_list, map=f_map)
+    return spaces_v1_MetaValue(f_integer, f_number, f_text, f_bool, f_bytes, f_list, f_map)
 
 
 def enc_spaces_v1_MetaList(m: spaces_v1.MetaList) -> bytes:
@@ -388,7 +388,7 @@ def dec_spaces_v1_MetaList(data: bytes, pos: int, end: int) -> spaces_v1.MetaLis
             f_items.append(dec_spaces_v1_MetaValue(data, start, pos))
         else:
             _unexpected(data, pos - 1, end)
-    return spaces_v1_MetaList(items=f_items)
+    return spaces_v1_MetaList(f_items)
 
 
 def enc_env_v1_StepRequest(m: env_v1.StepRequest) -> bytes:
@@ -444,7 +444,7 @@ def dec_env_v1_StepRequest(data: bytes, pos: int, end: int) -> env_v1.StepReques
             f_episode_ids.append(data[start:pos].decode("utf-8"))
         else:
             _unexpected(data, pos - 1, end)
-    return env_v1_StepRequest(action=f_action, timeout_ms=f_timeout_ms, env_indices=f_env_indices, episode_ids=f_episode_ids)
+    return env_v1_StepRequest(f_action, f_timeout_ms, f_env_indices, f_episode_ids)
 
 
 def enc_spaces_v1_SpaceValue(m: spaces_v1.SpaceValue) -> bytes:
@@ -470,7 +470,7 @@ def dec_spaces_v1_SpaceValue(data: bytes, pos: int, end: int) -> spaces_v1.Space
             f_leaves.append(data[start:pos])
         else:
             _unexpected(data, pos - 1, end)
-    return spaces_v1_SpaceValue(leaves=f_leaves)
+    return spaces_v1_SpaceValue(f_leaves)
 
 
 def enc_env_v1_JoinResponse(m: env_v1.JoinResponse) -> bytes:
@@ -596,7 +596,7 @@ def dec_env_v1_JoinResponse(data: bytes, pos: int, end: int) -> env_v1.JoinRespo
             f_queue_ns = raw & _U64
         else:
             _unexpected(data, pos - 1, end)
-    return env_v1_JoinResponse(reset=f_reset, step=f_step, configure=f_configure, error=f_error, request_id=f_request_id, endpoint_total_ns=f_endpoint_total_ns, decode_ns=f_decode_ns, user_ns=f_user_ns, encode_ns=f_encode_ns, lane_skew_ns=f_lane_skew_ns, queue_ns=f_queue_ns)
+    return env_v1_JoinResponse(f_reset, f_step, None, None, f_configure, f_error, f_request_id, f_endpoint_total_ns, f_decode_ns, f_user_ns, f_encode_ns, f_lane_skew_ns, f_queue_ns)
 
 
 def enc_env_v1_ResetResponse(m: env_v1.ResetResponse) -> bytes:
@@ -632,7 +632,7 @@ def dec_env_v1_ResetResponse(data: bytes, pos: int, end: int) -> env_v1.ResetRes
             f_infos = dec_spaces_v1_MetaMap(data, start, pos)
         else:
             _unexpected(data, pos - 1, end)
-    return env_v1_ResetResponse(observation=f_observation, infos=f_infos)
+    return env_v1_ResetResponse(f_observation, f_infos)
 
 
 def enc_env_v1_StepResponse(m: env_v1.StepResponse) -> bytes:
@@ -720,7 +720,7 @@ def dec_env_v1_StepResponse(data: bytes, pos: int, end: int) -> env_v1.StepRespo
             f_env_indices.append(raw & _U32)
         else:
             _unexpected(data, pos - 1, end)
-    return env_v1_StepResponse(observation=f_observation, rewards=f_rewards, terminated_mask=f_terminated_mask, truncated_mask=f_truncated_mask, infos=f_infos, completed_episodes=f_completed_episodes, env_indices=f_env_indices)
+    return env_v1_StepResponse(f_observation, f_rewards, f_terminated_mask, f_truncated_mask, f_infos, f_completed_episodes, f_env_indices)
 
 
 def enc_env_v1_EpisodeMetadata(m: env_v1.EpisodeMetadata) -> bytes:
@@ -820,7 +820,7 @@ def dec_env_v1_EpisodeMetadata(data: bytes, pos: int, end: int) -> env_v1.Episod
             f_final_info = dec_spaces_v1_MetaMap(data, start, pos)
         else:
             _unexpected(data, pos - 1, end)
-    return env_v1_EpisodeMetadata(episode_id=f_episode_id, seed=f_seed, env_index=f_env_index, step_count=f_step_count, cumulative_reward=f_cumulative_reward, terminated=f_terminated, truncated=f_truncated, start_timestamp_ns=f_start_timestamp_ns, end_timestamp_ns=f_end_timestamp_ns, final_info=f_final_info)
+    return env_v1_EpisodeMetadata(f_episode_id, f_seed, f_env_index, f_step_count, f_cumulative_reward, f_terminated, f_truncated, f_start_timestamp_ns, f_end_timestamp_ns, f_final_info)
 
 
 def enc_env_v1_ConfigureEnvResponse(m: env_v1.ConfigureEnvResponse) -> bytes:
@@ -896,7 +896,7 @@ def dec_env_v1_EnvError(data: bytes, pos: int, end: int) -> env_v1.EnvError:
             f_interrupted_episodes.append(dec_env_v1_EpisodeMetadata(data, start, pos))
         else:
             _unexpected(data, pos - 1, end)
-    return env_v1_EnvError(code=f_code, message=f_message, is_recoverable=f_is_recoverable, debug_info=f_debug_info, interrupted_episodes=f_interrupted_episodes)
+    return env_v1_EnvError(f_code, f_message, f_is_recoverable, f_debug_info, f_interrupted_episodes)
 
 
 def enc_model_v1_JoinRequest(m: model_v1.JoinRequest) -> bytes:
@@ -950,7 +950,7 @@ def dec_model_v1_JoinRequest(data: bytes, pos: int, end: int) -> model_v1.JoinRe
             f_request_id = data[start:pos].decode("utf-8")
         else:
             _unexpected(data, pos - 1, end)
-    return model_v1_JoinRequest(predict=f_predict, reset_adapter=f_reset_adapter, request_id=f_request_id)
+    return model_v1_JoinRequest(None, f_predict, None, None, None, f_reset_adapter, f_request_id)
 
 
 def enc_model_v1_PredictRequest(m: model_v1.PredictRequest) -> bytes:
@@ -1012,7 +1012,7 @@ def dec_model_v1_PredictRequest(data: bytes, pos: int, end: int) -> model_v1.Pre
             f_step = raw & _U64
         else:
             _unexpected(data, pos - 1, end)
-    return model_v1_PredictRequest(context=f_context, observation=f_observation, episode_info=f_episode_info, history=f_history, step=f_step)
+    return model_v1_PredictRequest(f_context, f_observation, f_episode_info, f_history, f_step)
 
 
 def enc_model_v1_AdapterContext(m: model_v1.AdapterContext) -> bytes:
@@ -1057,7 +1057,7 @@ def dec_model_v1_AdapterContext(data: bytes, pos: int, end: int) -> model_v1.Ada
             f_request_id = data[start:pos].decode("utf-8")
         else:
             _unexpected(data, pos - 1, end)
-    return model_v1_AdapterContext(session_id=f_session_id, env_id=f_env_id, request_id=f_request_id)
+    return model_v1_AdapterContext(f_session_id, f_env_id, f_request_id)
 
 
 def enc_model_v1_EpisodeInfo(m: model_v1.EpisodeInfo) -> bytes:
@@ -1092,7 +1092,7 @@ def dec_model_v1_EpisodeInfo(data: bytes, pos: int, end: int) -> model_v1.Episod
             f_seed = ((raw & _U64) ^ _SIGN64) - _SIGN64
         else:
             _unexpected(data, pos - 1, end)
-    return model_v1_EpisodeInfo(episode_id=f_episode_id, seed=f_seed)
+    return model_v1_EpisodeInfo(f_episode_id, f_seed)
 
 
 def enc_model_v1_ObservationHistoryFrame(m: model_v1.ObservationHistoryFrame) -> bytes:
@@ -1136,7 +1136,7 @@ def dec_model_v1_ObservationHistoryFrame(data: bytes, pos: int, end: int) -> mod
             f_step = raw & _U64
         else:
             _unexpected(data, pos - 1, end)
-    return model_v1_ObservationHistoryFrame(observation=f_observation, episode=f_episode, step=f_step)
+    return model_v1_ObservationHistoryFrame(f_observation, f_episode, f_step)
 
 
 def enc_model_v1_ResetAdapterRequest(m: model_v1.ResetAdapterRequest) -> bytes:
@@ -1172,7 +1172,7 @@ def dec_model_v1_ResetAdapterRequest(data: bytes, pos: int, end: int) -> model_v
             f_episode_ids.append(data[start:pos].decode("utf-8"))
         else:
             _unexpected(data, pos - 1, end)
-    return model_v1_ResetAdapterRequest(context=f_context, episode_ids=f_episode_ids)
+    return model_v1_ResetAdapterRequest(f_context, f_episode_ids)
 
 
 def enc_model_v1_JoinResponse(m: model_v1.JoinResponse) -> bytes:
@@ -1325,7 +1325,7 @@ def dec_model_v1_JoinResponse(data: bytes, pos: int, end: int) -> model_v1.JoinR
             f_held_state_bytes = raw & _U64
         else:
             raise Fallback
-    return model_v1_JoinResponse(predict=f_predict, release_adapter=f_release_adapter, reset_adapter=f_reset_adapter, error=f_error, request_id=f_request_id, endpoint_total_ns=f_endpoint_total_ns, decode_ns=f_decode_ns, user_ns=f_user_ns, encode_ns=f_encode_ns, queue_ns=f_queue_ns, in_flight=f_in_flight, adapter_ns=f_adapter_ns, held_episodes=f_held_episodes, held_state_bytes=f_held_state_bytes)
+    return model_v1_JoinResponse(None, f_predict, f_release_adapter, None, None, f_reset_adapter, f_error, f_request_id, f_endpoint_total_ns, f_decode_ns, f_user_ns, f_encode_ns, f_queue_ns, f_in_flight, f_adapter_ns, f_held_episodes, f_held_state_bytes)
 
 
 def enc_model_v1_PredictResponse(m: model_v1.PredictResponse) -> bytes:
@@ -1361,7 +1361,7 @@ def dec_model_v1_PredictResponse(data: bytes, pos: int, end: int) -> model_v1.Pr
             f_actions.append(dec_spaces_v1_SpaceValue(data, start, pos))
         else:
             _unexpected(data, pos - 1, end)
-    return model_v1_PredictResponse(context=f_context, actions=f_actions)
+    return model_v1_PredictResponse(f_context, f_actions)
 
 
 def enc_model_v1_ReleaseAdapterResponse(m: model_v1.ReleaseAdapterResponse) -> bytes:
@@ -1443,7 +1443,7 @@ def dec_model_v1_ModelError(data: bytes, pos: int, end: int) -> model_v1.ModelEr
             f_debug_info = data[start:pos].decode("utf-8")
         else:
             _unexpected(data, pos - 1, end)
-    return model_v1_ModelError(code=f_code, message=f_message, is_recoverable=f_is_recoverable, debug_info=f_debug_info)
+    return model_v1_ModelError(f_code, f_message, f_is_recoverable, f_debug_info)
 
 
 # The functions above, by message class.
