@@ -25,7 +25,6 @@ from .._errors import SpecError as SpecError
 from ..protocol import (
     RESET_OPTION_TRIAL_INDEX,
     env_v1,
-    meta_to_python,
     model_v1,
     python_to_meta,
     spaces_v1,
@@ -563,26 +562,12 @@ class RuntimeDriver:
         self._book.note_step(group.lanes, ms)
         return result.response
 
-    def _lane_rewards(self, group: _Group, response: env_v1.StepResponse) -> list[float]:
-        rewards = list(response.rewards)
-        if self._lockstep:
-            return rewards
-        lane = group.lanes[0]
-        if response.env_indices:
-            # Aligned with the lanes the answer names.
-            for position, index in enumerate(response.env_indices):
-                if index == lane:
-                    return rewards[position : position + 1]
-            return []
-        if len(rewards) == self._spec.num_envs and len(rewards) > 1:
-            return rewards[lane : lane + 1]
-        return rewards[:1]
-
     async def _after_step(self, group: _Group, response: env_v1.StepResponse) -> bool:
         """Account the step, its rolls and completions; True when any lane's episode ended."""
         book, spec = self._book, self._spec
         now = self._now()
-        rolled = book.record_step(group.lanes, self._lane_rewards(group, response), now)
+        rewards = book.step_rewards(group.lanes, response.rewards, response.env_indices)
+        rolled = book.record_step(group.lanes, rewards, now)
         if self._observes_steps:
             first = book.slots[group.lanes[0]]
             await self._hooks.fire(
@@ -615,40 +600,25 @@ class RuntimeDriver:
         # evicting it only now keeps that predict from re-creating state nobody frees.
         self._evict([old for _new, old in rolled])
 
-        ended: list[tuple[int, bool, bool, dict[str, Any] | None]] = []
-        done: set[int] = set()
-        for meta in response.completed_episodes:
-            if meta.env_index in done:
-                book.stale_completions += 1
-                continue
-            if not book.is_current(meta.env_index, meta.episode_id, group.lanes):
-                continue
-            info = meta_to_python(meta.final_info) if meta.final_info is not None else None
-            ended.append((meta.env_index, meta.terminated, meta.truncated, info))
-            done.add(meta.env_index)
-        for lane in book.capped_lanes(group.lanes, now, done):
-            ended.append((lane, False, True, None))
         group.observation = self._leaves(response.observation, "env.step")
+        ends = book.apply_completions(group.lanes, response.completed_episodes, now)
         group.is_reset = False
         group.seen = False
-        if not ended:
+        if not ends:
             return False
-
-        evict_now = []
-        for lane, terminated, truncated, info in ended:
-            ended_id, completion = book.end_episode(
-                lane, terminated=terminated, truncated=truncated, final_info=info, now=now
-            )
-            if book.owns_resets:
-                evict_now.append(ended_id)
-            if completion is not None:
+        for end in ends:
+            if end.completion is not None:
                 await self._hooks.fire(
                     "episode_completed",
                     EpisodeCompleted(
-                        spec.session_id, spec.env_id, completion.record, completion.final_info
+                        spec.session_id,
+                        spec.env_id,
+                        end.completion.record,
+                        end.completion.final_info,
                     ),
                 )
-        self._evict(evict_now)
+        if book.owns_resets:
+            self._evict([end.episode_id for end in ends])
         # A chunk's frames were planned for every lane of the group and for the episodes
         # that were running; an episode end makes them (and any prefetch) stale.
         if group.queue and len(group.lanes) > 1:
