@@ -38,6 +38,7 @@ from ._events import RunEvents
 from ._hooks import RuntimeHooks
 from ._ids import format_request_id
 from ._interfaces import (
+    ENDPOINT_GRACE,
     EnvResetResult,
     EnvStepResult,
     ModelPrediction,
@@ -159,15 +160,17 @@ class RuntimeDriver:
         self._reset_timeout_ms = timeout_ms(limits.env_reset_timeout)
         self._step_timeout_ms = timeout_ms(limits.env_step_timeout)
         # Each operation bound once to its method, its synchronous form (an in-process
-        # endpoint's optional fast path) and its limit.
+        # endpoint's optional fast path) and its limit. An env that answers TIMEOUT itself
+        # gets a grace, so its answer, with its code, wins the race with the driver's scope.
+        grace = ENDPOINT_GRACE if getattr(env, "enforces_deadlines", False) else 0.0
         route, predict_limit = spec.env_id, limits.model_predict_timeout
         self._reset_call: Call[env_v1.ResetRequest, EnvResetResult] = Call(
             "env.reset", "env_reset_timeout", limits.env_reset_timeout, env.reset,
-            getattr(env, "reset_inline", None), error_class=EnvError, route=route,
+            getattr(env, "reset_inline", None), error_class=EnvError, route=route, grace=grace,
         )  # fmt: skip
         self._step_call: Call[env_v1.StepRequest, EnvStepResult] = Call(
             "env.step", "env_step_timeout", limits.env_step_timeout, env.step,
-            getattr(env, "step_inline", None), error_class=EnvError, route=route,
+            getattr(env, "step_inline", None), error_class=EnvError, route=route, grace=grace,
         )  # fmt: skip
         self._predict_call: Call[model_v1.PredictRequest, ModelPrediction] = Call(
             "model.predict", "model_predict_timeout", predict_limit, model.predict,
