@@ -279,10 +279,12 @@ class EpisodeBook:
 
     def step_ids(self, lanes: Sequence[int]) -> list[str]:
         """Ids to push in a StepRequest: a rolling lane already carries its next id."""
-        return [
-            s.next_id if s.state is LaneState.ROLLING else s.episode_id
-            for s in (self.slots[lane] for lane in lanes)
-        ]
+        slots = self.slots
+        out = []
+        for lane in lanes:
+            slot = slots[lane]
+            out.append(slot.next_id if slot.state is LaneState.ROLLING else slot.episode_id)
+        return out
 
     def episode_info(self, lanes: Sequence[int]) -> list[tuple[str, int | None]]:
         """``(episode_id, seed)`` per lane; a rolling lane still names its old episode."""
@@ -296,15 +298,18 @@ class EpisodeBook:
         Rolling lanes roll here (their reward on this step is the autoreset's 0 and is not
         counted). Returns ``(new episode, old episode id)`` for each lane that rolled.
         """
+        slots, active, rolling = self.slots, LaneState.ACTIVE, LaneState.ROLLING
         for lane in lanes:
-            state = self.slots[lane].state if 0 <= lane < len(self.slots) else None
-            event = LaneEvent.ROLLED if state is LaneState.ROLLING else LaneEvent.STEPPED
-            self._check([lane], event)
+            # The only legal pairs here are (ACTIVE, STEPPED) and (ROLLING, ROLLED); anything
+            # else goes through the table check, which raises before anything changed.
+            state = slots[lane].state if 0 <= lane < len(slots) else None
+            if state is not active and state is not rolling:
+                self._check([lane], LaneEvent.STEPPED)
         rolled = []
         for position, lane in enumerate(lanes):
-            slot = self.slots[lane]
+            slot = slots[lane]
             slot.env_steps += 1
-            if slot.state is LaneState.ROLLING:
+            if slot.state is rolling:
                 self._move(slot, LaneEvent.ROLLED)
                 old = slot.episode_id
                 slot.episode_id, slot.next_id = slot.next_id, ""
@@ -312,9 +317,10 @@ class EpisodeBook:
                 slot.predict_ms, slot.predicts, slot.step_ms = 0.0, 0, 0.0
                 rolled.append((self._new_episode(slot, None), old))
                 continue
-            self._move(slot, LaneEvent.STEPPED)
+            # ACTIVE --STEPPED--> ACTIVE: the state stays; no table lookup needed.
             slot.steps += 1
-            slot.reward += float(rewards[position]) if position < len(rewards) else 0.0
+            if position < len(rewards):
+                slot.reward += float(rewards[position])
         return rolled
 
     def note_predict(self, lanes: Sequence[int], ms: float) -> None:
