@@ -12,6 +12,8 @@ the pure machines (:mod:`._episodes`, :mod:`._plans`).
 * :class:`Prefetch` is one predict running ahead of the replayed frames.
 * :class:`PredictBatcher` fuses the predicts of lanes that wait at the same time into
   one call of the function it is given.
+* :func:`check_prediction`, :func:`observation_of` and :func:`env_lane` check answers
+  and give their errors the env's lane.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Generic, TypeVar
 import trio
 
 from .._errors import Error, OperationTimeout, ProtocolError
-from ..protocol import model_v1
+from ..protocol import model_v1, spaces_v1
 from ._advisories import FailureLog
 from ._interfaces import ModelPrediction, RuntimeEnv, RuntimeModel
 from ._telemetry import TelemetryRecorder
@@ -36,8 +38,10 @@ __all__ = [
     "Prefetch",
     "check_prediction",
     "deadline_scope",
+    "env_lane",
     "fmt_seconds",
     "is_cancellation",
+    "observation_of",
 ]
 
 _T = TypeVar("_T")
@@ -171,6 +175,24 @@ class Call(Generic[_R, _T]):
             step=step,
             lane=lane,
         )
+
+
+def env_lane(error: Error, lanes: tuple[int, ...]) -> None:
+    """Turn the lane a model endpoint named (a row of its request) into the env lane.
+
+    A predict request's rows are the group's lanes in order, so row ``i`` is
+    ``lanes[i]``: the identity on a lockstep group, lane ``k`` for lane ``k``'s one-row
+    group. A lane that is already the env's (row 0 of lane 0) maps to itself.
+    """
+    if error.lane is not None and 0 <= error.lane < len(lanes):
+        error.lane = lanes[error.lane]
+
+
+def observation_of(value: spaces_v1.SpaceValue | None, op: str, step: int) -> spaces_v1.SpaceValue:
+    """An env answer's observation; an answer without one is a :class:`ProtocolError`."""
+    if value is None:
+        raise ProtocolError(f"{op} answered without an observation", operation=op, step=step)
+    return value
 
 
 def check_prediction(

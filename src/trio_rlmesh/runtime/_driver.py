@@ -30,7 +30,9 @@ from ._calls import (
     Prefetch,
     check_prediction,
     close_env,
+    env_lane,
     is_cancellation,
+    observation_of,
     release_model,
 )
 from ._episodes import EpisodeBook, LaneState, PlannedEpisode
@@ -65,23 +67,6 @@ _FOLD_ROUNDS = 256
 """Rounds between telemetry folds: a round records about 15 samples."""
 
 _Plan: TypeAlias = ActionPlan[Prefetch]
-
-
-def _env_lane(error: Error, lanes: tuple[int, ...]) -> None:
-    """Turn the lane a model endpoint named (a row of its request) into the env lane.
-
-    A predict request's rows are the group's lanes in order, so row ``i`` is
-    ``lanes[i]``: the identity on a lockstep group, lane ``k`` for lane ``k``'s one-row
-    group. A lane that is already the env's (row 0 of lane 0) maps to itself.
-    """
-    if error.lane is not None and 0 <= error.lane < len(lanes):
-        error.lane = lanes[error.lane]
-
-
-def _observation(value: spaces_v1.SpaceValue | None, op: str, step: int) -> spaces_v1.SpaceValue:
-    if value is None:
-        raise ProtocolError(f"{op} answered without an observation", operation=op, step=step)
-    return value
 
 
 class RuntimeDriver:
@@ -406,7 +391,7 @@ class RuntimeDriver:
         self._reset_sinks.call(ms, result.timings, result.request_bytes, result.response_bytes)
         book.reset_done(plan.lanes, answered)
         await self._events.episodes_started(planned, auto_reset=False)
-        observation = _observation(result.response.observation, "env.reset", self._total_steps)
+        observation = observation_of(result.response.observation, "env.reset", self._total_steps)
         self._cancel_prefetch(plan.reset(observation))
         if self._events.observes_observations:
             await self._events.observation(plan, self._total_steps)
@@ -443,7 +428,7 @@ class RuntimeDriver:
             # The old id of a rolled lane went out with the terminal observation's predict;
             # evicting it only now keeps that predict from re-creating state nobody frees.
             self._evict([old for _new, old in rolled])
-        observation = _observation(response.observation, "env.step", self._total_steps)
+        observation = observation_of(response.observation, "env.step", self._total_steps)
         ends = book.apply_completions(lanes, response.completed_episodes, now)
         plan.observe(observation)
         if not ends:
@@ -488,7 +473,7 @@ class RuntimeDriver:
         try:
             prediction = await call(request, plan.lane, self._total_steps, started)
         except Error as exc:
-            _env_lane(exc, plan.lanes)
+            env_lane(exc, plan.lanes)
             raise
         ms = (call.finished - started) * 1e3
         check_prediction(
@@ -544,7 +529,7 @@ class RuntimeDriver:
                     sinks.sizes(outcome.request_bytes, outcome.response_bytes)
                     self._book.note_predict(plan.lanes, ms)
             else:
-                _env_lane(outcome, plan.lanes)
+                env_lane(outcome, plan.lanes)
                 outcome.with_context(
                     operation="model.predict", lane=plan.lane, step=self._total_steps
                 )
