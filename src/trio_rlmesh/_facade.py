@@ -4,12 +4,15 @@ They mirror the reference's ``run_local`` and share one path (:func:`_run`): ope
 (connect and handshake with a server, or host a Gymnasium env in this process), refuse
 contracts the runtime cannot drive, resolve the model route before driving (execution
 horizon, observation history) through :meth:`RuntimeModel.resolve`, build the session
-spec from :class:`RunLocalOptions` (in one place) and drive it. The gRPC transport is
-imported inside the functions, so ``import trio_rlmesh`` stays free of it.
+spec from :class:`RunLocalOptions` (in one place) and drive it. Several env addresses
+make a fleet run (:func:`_run_fleet`): the same path once per endpoint, under one
+:class:`~trio_rlmesh.runtime._fleet.FleetRun`. The gRPC transport is imported inside the
+functions, so ``import trio_rlmesh`` stays free of it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,7 +26,8 @@ from .runtime._worker import UserCode, check_user_code
 
 if TYPE_CHECKING:
     from .model import ModelHandler
-    from .runtime import RuntimeHooks, RuntimeLimits, RuntimeReport
+    from .runtime import RuntimeDriver, RuntimeHooks, RuntimeLimits, RuntimeReport
+    from .runtime._fleet import Fleet
 
 __all__ = ["RunLocalOptions", "run", "run_local", "run_remote"]
 
@@ -49,6 +53,26 @@ def _backend(value: str) -> Literal["trio", "grpclib"]:
     raise SpecError(f"grpc_backend must be 'trio' or 'grpclib', got {value!r}")
 
 
+def _env_target(value: Any) -> Any:
+    # Several addresses make a fleet; a list of env objects stays one endpoint's lanes.
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        addresses = tuple(value)
+        for address in addresses:
+            if addresses.count(address) > 1:
+                raise SpecError(
+                    f"env address {address!r} is listed twice; a fleet drives each endpoint once"
+                )
+        return addresses[0] if len(addresses) == 1 else addresses
+    return value
+
+
+def _fuse_wait(value: float) -> float:
+    value = float(value)
+    if not (math.isfinite(value) and value >= 0):
+        raise SpecError(f"fuse_wait must be a number of seconds >= 0, got {value!r}")
+    return value
+
+
 def _horizon(value: int) -> int:
     # The reference raises 0 to 1; a negative horizon is a caller mistake.
     if value < 0:
@@ -65,10 +89,11 @@ class RunLocalOptions:
         1
     """
 
-    env_address: Any
+    env_address: Any = attrs.field(converter=_env_target)
     """The env: a server address (``host:port``, ``tcp://host:port``, ``unix:///path``), or a
     Gymnasium env, vector env or callable returning one, hosted in this process (no
-    network; its code runs where :attr:`user_code` says)."""
+    network; its code runs where :attr:`user_code` says). A sequence of several addresses
+    is a *fleet*: one run drives them all with one model (see ``docs/fleet.md``)."""
     token: str | None = None
     """Sent as the raw ``authorization`` header when set."""
     workflow_edition: str = WORKFLOW_EDITION
@@ -100,6 +125,12 @@ class RunLocalOptions:
     the same ``base_seed`` and ``session_id`` always derive the same reset seeds."""
     grpc_backend: Literal["trio", "grpclib"] = attrs.field(default="trio", converter=_backend)
     """How gRPC is spoken to servers: ``"trio"`` (the default) or ``"grpclib"``."""
+    tolerate_endpoint_failures: bool = False
+    """Fleet runs: an endpoint that fails is dropped and the episodes it was running are
+    started again on the others (same seeds); by default it fails the run."""
+    fuse_wait: float = attrs.field(default=0.002, converter=_fuse_wait)
+    """Fleet runs: how long (seconds) a fused predict waits for every endpoint's request
+    before it goes without the ones not yet ready (0: take what is ready)."""
     user_code: UserCode = attrs.field(default="thread", converter=_user_code)
     """Where in-process user code (the model's, and the env's when it is hosted here) runs.
     ``"thread"``: on a worker thread of its own, so ``limits.model_predict_timeout`` and
@@ -210,6 +241,22 @@ async def _run(
     ``task_status.started`` receives the :class:`~trio_rlmesh.runtime.RuntimeDriver` (so
     a caller can ``cancel`` it) right before driving starts.
     """
+    address = options.env_address if isinstance(options.env_address, str) else None
+    driver = await _prepare(env, model, options, hooks=hooks, address=address)
+    task_status.started(driver)
+    return await driver.run()
+
+
+async def _prepare(
+    env: _Env,
+    model: Any,
+    options: RunLocalOptions,
+    *,
+    hooks: RuntimeHooks | None,
+    address: str | None,
+    fleet: Fleet | None = None,
+) -> RuntimeDriver:
+    """Resolve the route and build the session spec and its driver (not yet run)."""
     from .model._wire import route_request
     from .protocol import MAX_MESSAGE_SIZE
     from .runtime import PeerCeiling, RuntimeDriver, RuntimeLimits, RuntimeSessionSpec
@@ -254,10 +301,56 @@ async def _run(
             max_message_size=MAX_MESSAGE_SIZE,
         ),
         model_ceiling=None,
+        env_address=address,
     )
-    driver = RuntimeDriver(spec, env.runtime, model, hooks, prefetch_lead=options.prefetch_lead)
-    task_status.started(driver)
-    return await driver.run()
+    return RuntimeDriver(
+        spec, env.runtime, model, hooks, prefetch_lead=options.prefetch_lead, fleet=fleet
+    )
+
+
+async def _run_fleet(
+    model: Any,
+    options: RunLocalOptions,
+    *,
+    hooks: RuntimeHooks | None,
+    task_status: trio.TaskStatus[Any],
+) -> RuntimeReport:
+    """One run over every address of ``options.env_address``: :func:`_prepare` per endpoint.
+
+    ``task_status.started`` receives the :class:`~trio_rlmesh.runtime._fleet.FleetRun`
+    (it has ``cancel`` too) before any endpoint is opened.
+    """
+    from .runtime import RuntimeLimits
+    from .runtime._fleet import Fleet, FleetRun
+    from .runtime._pool import EpisodePool
+
+    pool = EpisodePool(
+        max_episodes=options.max_episodes,
+        episode_seeds=options.episode_seeds,
+        base_seed=options.base_seed,
+        session_id=options.session_id,
+    )
+    fleet = Fleet(pool, model, options.limits or RuntimeLimits(), fuse_wait=options.fuse_wait)
+    run = FleetRun(
+        options.env_address,
+        fleet,
+        session_id=options.session_id,
+        tolerate_endpoint_failures=options.tolerate_endpoint_failures,
+    )
+
+    @asynccontextmanager
+    async def open_driver(address: str, fleet: Fleet) -> AsyncIterator[RuntimeDriver]:
+        async with _open_env(attrs.evolve(options, env_address=address)) as env:
+            yield await _prepare(env, model, options, hooks=hooks, address=address, fleet=fleet)
+
+    task_status.started(run)
+    return await run.run(open_driver)
+
+
+def _is_fleet(options: RunLocalOptions) -> bool:
+    return isinstance(options.env_address, tuple) and all(
+        isinstance(v, str) for v in options.env_address
+    )
 
 
 async def _run_session(
@@ -307,6 +400,9 @@ async def run_local(
             with trio.move_on_after(60):
                 report = await run_local(MyModel(), options)
     """
+    if _is_fleet(options):
+        async with _open_model(handler, options, None) as model:
+            return await _run_fleet(model, options, hooks=hooks, task_status=task_status)
     async with _open_env(options) as env, _open_model(handler, options, None) as model:
         return await _run(env, model, options, hooks=hooks, task_status=task_status)
 
@@ -324,6 +420,9 @@ async def run_remote(
     The route is resolved on the model server (ResolveAdapter with the env's spec,
     the execution horizon and the offer of observation history) before driving.
     """
+    if _is_fleet(options):
+        async with _open_model(model_address, options, model_token) as model:
+            return await _run_fleet(model, options, hooks=hooks, task_status=task_status)
     async with (
         _open_env(options) as env,
         _open_model(model_address, options, model_token) as model,

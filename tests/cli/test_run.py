@@ -16,6 +16,7 @@ from .support import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 EPISODE_KEYS = {
+    "endpoint",
     "index",
     "seed",
     "steps",

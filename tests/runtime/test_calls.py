@@ -171,3 +171,68 @@ def test_advisories_come_from_the_counters_of_the_book_plans_and_failures() -> N
         "again; lower prefetch_lead",
         "env.close failed 2 time(s) (first: TimeoutError: slow); the run went on",
     )
+
+
+async def test_a_waiting_batcher_goes_when_every_participant_is_in(
+    autojump_clock: MockClock,
+) -> None:
+    groups: list[tuple[float, list[str]]] = []
+
+    async def fused(
+        requests: Sequence[model_v1.PredictRequest], keys: Sequence[str]
+    ) -> list[Outcome]:
+        groups.append((trio.current_time(), sorted(keys)))
+        return [ModelPrediction(model_v1.PredictResponse(context=r.context)) for r in requests]
+
+    batcher: PredictBatcher[str] = PredictBatcher(fused, wait=5.0)
+    for _ in range(3):
+        batcher.join()
+
+    async def endpoint(name: str, ready_at: float) -> None:
+        await trio.sleep(ready_at)
+        await batcher.submit(request(0), name)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batcher.serve)
+        # Two arrive 1 s apart: the group waits for the third, which comes at 2 s.
+        nursery.start_soon(endpoint, "a", 0.0)
+        nursery.start_soon(endpoint, "b", 1.0)
+        nursery.start_soon(endpoint, "c", 2.0)
+        await trio.sleep(10)
+        # c never comes back: a and b wait the whole bound (5 s), then go without it.
+        nursery.start_soon(endpoint, "a", 0.0)
+        nursery.start_soon(endpoint, "b", 0.0)
+        await trio.sleep(20)
+        # c leaves: a group waiting for it goes at once.
+        nursery.start_soon(endpoint, "a", 0.0)
+        nursery.start_soon(endpoint, "b", 0.0)
+        await trio.sleep(1)
+        batcher.leave()
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert groups == [
+        (2.0, ["a", "b", "c"]),
+        (15.0, ["a", "b"]),
+        (31.0, ["a", "b"]),
+    ]
+
+
+async def test_a_cancelled_submit_does_not_reach_the_model(autojump_clock: MockClock) -> None:
+    calls: list[list[str]] = []
+
+    async def fused(
+        requests: Sequence[model_v1.PredictRequest], keys: Sequence[str]
+    ) -> list[Outcome]:
+        calls.append(list(keys))
+        return [ModelPrediction(model_v1.PredictResponse(context=r.context)) for r in requests]
+
+    batcher: PredictBatcher[str] = PredictBatcher(fused, wait=5.0)
+    batcher.join()
+    batcher.join()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batcher.serve)
+        with trio.move_on_after(1):
+            await batcher.submit(request(0), "gone")
+        await trio.sleep(10)
+        nursery.cancel_scope.cancel()
+    assert calls == []

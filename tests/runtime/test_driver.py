@@ -356,8 +356,20 @@ async def test_report_json_schema(autojump_clock: MockClock) -> None:
     assert data["status"] == "completed"
     assert data["mean_reward"] == 2.0
     assert [list(e) for e in data["episodes"]] == [
-        ["index", "seed", "steps", "reward", "terminated", "truncated", "success", "duration_s"]
+        [
+            "index",
+            "seed",
+            "steps",
+            "reward",
+            "terminated",
+            "truncated",
+            "success",
+            "duration_s",
+            "endpoint",
+        ]
     ] * 2
+    # An env with no address (here a fake) names no endpoint.
+    assert [e["endpoint"] for e in data["episodes"]] == [None, None]
     assert [e["seed"] for e in data["episodes"]] == [3, 4]
     assert all(
         list(r) == ["op", "metric", "unit", "count", "avg", "p50", "p95", "p99"]

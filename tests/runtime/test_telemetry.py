@@ -180,3 +180,21 @@ def test_a_resolved_sink_without_samples_shows_no_row() -> None:
     assert recorder.snapshot("session") == []
     with pytest.raises(ValueError, match="bogus"):
         recorder.sink("env.step", "bogus")
+
+
+def test_merged_sessions_pool_samples_and_sum_counts_and_take_overrides() -> None:
+    from trio_rlmesh.runtime._telemetry import merge_sessions
+
+    a, b, fleet = TelemetryRecorder(), TelemetryRecorder(), TelemetryRecorder()
+    for value in (1.0, 2.0):
+        a.record("env.step", "rpc.total", value)
+        a.record("model.predict", "group.size", 2)
+    b.record("env.step", "rpc.total", 6.0)
+    b.record("model.predict", "group.size", 2)
+    fleet.record("model.predict", "group.size", 2)
+    fleet.record("model.predict", "group.size", 1)
+    rows = {(r.op, r.metric): r for r in merge_sessions([a, b], fleet)}
+    step = rows["env.step", "rpc.total"]
+    assert (step.count, step.avg, step.p50, step.p99) == (3, 3.0, 2.0, 6.0)
+    size = rows["model.predict", "group.size"]
+    assert (size.count, size.avg) == (2, 1.5)

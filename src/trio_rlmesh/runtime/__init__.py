@@ -43,6 +43,7 @@ from ._interfaces import EnvStepResult as EnvStepResult
 from ._interfaces import ModelPrediction as ModelPrediction
 from ._interfaces import RuntimeEnv as RuntimeEnv
 from ._interfaces import RuntimeModel as RuntimeModel
+from ._report import EndpointReport as EndpointReport
 from ._report import EpisodeRecord as EpisodeRecord
 from ._report import RunStatus as RunStatus
 from ._report import RuntimeReport as RuntimeReport
@@ -57,6 +58,7 @@ from ._telemetry import format_telemetry as format_telemetry
 __all__ = [
     "DEFAULT_MAX_EPISODE_STEPS",
     "ActionReceived",
+    "EndpointReport",
     "EndpointTimings",
     "EnvError",
     "EnvResetResult",

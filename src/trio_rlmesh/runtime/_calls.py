@@ -11,7 +11,8 @@ the pure machines (:mod:`._episodes`, :mod:`._plans`).
 * :class:`Background` runs ``reset_adapter`` evictions without blocking the loop.
 * :class:`Prefetch` is one predict running ahead of the replayed frames.
 * :class:`PredictBatcher` fuses the predicts of lanes that wait at the same time into
-  one call of the function it is given.
+  one call of the function it is given; across a fleet's endpoints it may wait a
+  bounded time for the others to join.
 * :func:`check_prediction`, :func:`observation_of` and :func:`env_lane` check answers
   and give their errors the env's lane.
 """
@@ -348,22 +349,54 @@ class PredictBatcher(Generic[_K]):
     ``fused(requests, keys)`` answers one outcome per request, in order, and raises
     nothing: a failure is an :class:`~trio_rlmesh.Error` in its request's place. ``key``
     is whatever the caller needs back to tell the requests apart (the driver's plan).
+
+    A group goes as soon as the batcher wakes (after one extra scheduling pass, so lanes
+    woken together join it), unless ``wait`` is set: then it also waits, at most ``wait``
+    seconds from its first request, until every *participant* (each task that may
+    submit, counted by :meth:`join` and :meth:`leave`) has a request in it. A fleet's
+    endpoints answer at slightly different times; the bound keeps a slow one from holding
+    the others back for longer than ``wait``.
     """
 
-    def __init__(self, fused: FusedPredict[_K]) -> None:
+    def __init__(self, fused: FusedPredict[_K], *, wait: float = 0.0) -> None:
         self._fused = fused
+        self._wait = wait
         self._pending: list[_Waiter[_K]] = []
         self._wakeup = trio.Event()
+        self.participants = 0
+        """Tasks that may submit (only consulted when ``wait`` is set)."""
+
+    def join(self) -> None:
+        """One more task may submit."""
+        self.participants += 1
+
+    def leave(self) -> None:
+        """A task that joined will submit no more (a group waiting for it goes now)."""
+        self.participants -= 1
+        self._wakeup.set()
 
     async def submit(self, request: model_v1.PredictRequest, key: _K) -> ModelPrediction:
         waiter = _Waiter(request, key)
         self._pending.append(waiter)
         self._wakeup.set()
-        await waiter.done.wait()
+        try:
+            await waiter.done.wait()
+        except BaseException:
+            # Cancelled before its group went: the request must not go without its caller.
+            if waiter in self._pending:
+                self._pending.remove(waiter)
+            raise
         if isinstance(waiter.outcome, Error):
             raise waiter.outcome
         assert waiter.outcome is not None
         return waiter.outcome
+
+    async def _gather(self) -> None:
+        """Wait (bounded) until every participant has a request pending."""
+        with trio.move_on_after(self._wait):
+            while 0 < len(self._pending) < self.participants:
+                self._wakeup = trio.Event()
+                await self._wakeup.wait()
 
     async def serve(self) -> None:
         while True:
@@ -371,6 +404,8 @@ class PredictBatcher(Generic[_K]):
             self._wakeup = trio.Event()
             # One more scheduling pass lets lanes woken in the same batch join this group.
             await trio.lowlevel.checkpoint()
+            if self._wait > 0:
+                await self._gather()
             batch, self._pending = self._pending, []
             if not batch:
                 continue

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
 import trio
@@ -52,6 +52,9 @@ from ._report import RunStatus, RuntimeReport
 from ._spec import RuntimeSessionSpec, timeout_ms
 from ._telemetry import OpSinks, TelemetryRecorder
 
+if TYPE_CHECKING:
+    from ._fleet import Fleet
+
 __all__ = ["RuntimeDriver"]
 
 
@@ -80,6 +83,9 @@ class RuntimeDriver:
         hooks: observers and transforms (see :class:`~trio_rlmesh.runtime.RuntimeHooks`).
         prefetch_lead: with chunked actions, start predicting the next chunk when this many
             frames of the current one remain to replay (0 = never overlap).
+        fleet: set by fleet runs only (``run_local`` with several env addresses): the
+            episodes and the predict batcher this driver shares with the drivers of the
+            fleet's other endpoints.
 
     ``run()`` returns a :class:`~trio_rlmesh.runtime.RuntimeReport` with status
     ``"completed"``, or ``"cancelled"`` after :meth:`cancel`. A failure raises the error,
@@ -100,6 +106,7 @@ class RuntimeDriver:
         hooks: RuntimeHooks | None = None,
         *,
         prefetch_lead: int = 0,
+        fleet: Fleet | None = None,
     ) -> None:
         if prefetch_lead < 0:
             raise SpecError(
@@ -135,7 +142,10 @@ class RuntimeDriver:
             trial_index_base=spec.trial_index_base,
             step_cap=spec.step_cap,
             seconds_cap=spec.max_episode_seconds,
+            endpoint=spec.env_address,
+            pool=fleet.pool if fleet is not None else None,
         )
+        self._fleet = fleet
         self._events = RunEvents(hooks, spec, self._book)
         self._plans: list[_Plan] = []
         self._failures = FailureLog()
@@ -147,6 +157,10 @@ class RuntimeDriver:
         self._lanes_scope: trio.CancelScope | None = None
         self._running_lanes = 0
         self._batcher: PredictBatcher[_Plan] | None = None
+        self._shared: PredictBatcher[tuple[RuntimeDriver, _Plan]] | None = (
+            fleet.batcher if fleet is not None else None
+        )
+        """The fleet's batcher, which fuses this driver's predicts with other endpoints'."""
         self._wants_history = False
         self._sends_trial = False
         self._reset_timeout_ms = timeout_ms(limits.env_reset_timeout)
@@ -282,7 +296,7 @@ class RuntimeDriver:
         failures: list[Error] = []
         async with trio.open_nursery() as lanes:
             self._lanes_scope = lanes.cancel_scope
-            if self._model.fuses_predicts:
+            if self._model.fuses_predicts and self._shared is None:
                 self._batcher = PredictBatcher(self._predict_fused)
                 lanes.start_soon(self._batcher.serve)
             self._running_lanes = self._spec.num_envs
@@ -326,6 +340,19 @@ class RuntimeDriver:
 
     async def _drive(self, plan: _Plan, planned: list[PlannedEpisode] | None = None) -> None:
         """Run episodes on ``plan``'s group until the quota is met or its lane retires."""
+        shared = self._shared
+        if shared is None:
+            await self._drive_group(plan, planned)
+            return
+        # A participant of the fleet's batcher until the group is done: a fused group
+        # waits (bounded) for every participant.
+        shared.join()
+        try:
+            await self._drive_group(plan, planned)
+        finally:
+            shared.leave()
+
+    async def _drive_group(self, plan: _Plan, planned: list[PlannedEpisode] | None) -> None:
         book, events, now = self._book, self._events, self._now
         if not await self._reset(plan, planned):
             return
@@ -369,6 +396,13 @@ class RuntimeDriver:
     async def _reset(self, plan: _Plan, planned: list[PlannedEpisode] | None = None) -> bool:
         book = self._book
         if planned is None:
+            if self._fleet is not None:
+                # Another endpoint may still lose episodes this one should run again.
+                await self._fleet.wait_for_work()
+                if book.quota_reached:
+                    if not self._lockstep:
+                        book.retire(plan.lanes[0])
+                    return False
             if not self._lockstep and not book.can_start():
                 book.retire(plan.lanes[0])
                 return False
@@ -434,6 +468,8 @@ class RuntimeDriver:
         if not ends:
             return False
         await events.episodes_completed(ends)
+        if self._fleet is not None:
+            self._fleet.changed()
         if book.owns_resets:
             self._evict([end.episode_id for end in ends])
         # Frames, history rows and any prefetch were planned for the episodes that ran.
@@ -467,6 +503,8 @@ class RuntimeDriver:
             handle.scope.cancel()
 
     async def _predict(self, plan: _Plan, request: model_v1.PredictRequest) -> ModelPrediction:
+        if self._shared is not None:
+            return await self._shared.submit(request, (self, plan))
         if self._batcher is not None:
             return await self._batcher.submit(request, plan)
         call, started = self._predict_call, self._now()
@@ -507,9 +545,25 @@ class RuntimeDriver:
         except Error as exc:
             outcomes = [exc] * len(requests)
         ms = (self._now() - started) * 1e3
+        return self.settle_fused(requests, plans, outcomes, ms, len(requests))
+
+    def settle_fused(
+        self,
+        requests: Sequence[model_v1.PredictRequest],
+        plans: Sequence[_Plan],
+        outcomes: list[Outcome],
+        ms: float,
+        group_size: int,
+    ) -> list[Outcome]:
+        """Account this driver's part of one fused call and check each of its answers.
+
+        ``outcomes`` (aligned with ``requests``) is returned, each answer that fails its
+        check replaced by the error. ``group_size`` is the whole call's request count: a
+        fleet's call carries other endpoints' requests too.
+        """
         sinks = self._predict_sinks
         sinks.rpc(ms)
-        sinks.group_size(len(requests))
+        sinks.group_size(group_size)
         for position, (request, plan) in enumerate(zip(requests, plans, strict=True)):
             outcome = outcomes[position]
             if isinstance(outcome, ModelPrediction):

@@ -36,6 +36,11 @@ stale-completion filtering (:meth:`EpisodeBook.apply_completions`), and the exac
 ``discarded_seeds``) change only inside it, and its queries (``is_current``,
 ``step_ids``, ``episode_info``, ``capped_lanes``) change nothing. It does no I/O and
 never reads a clock: callers pass ``now``.
+
+One endpoint of a fleet run shares its episodes with the others: its book is given the
+fleet's :class:`~trio_rlmesh.runtime._pool.EpisodePool`, which then decides each new
+episode's index and seed and holds the quota (the book's own seed rules and
+``max_episodes`` are not used). Every other rule stays the book's.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ import attrs
 from .._errors import ProtocolError
 from ..protocol import env_v1, meta_to_python
 from ._ids import deterministic_reset_seed, mint_uuid7
+from ._pool import EpisodePool
 from ._report import EpisodeRecord, success_from_final_info
 
 __all__ = [
@@ -168,6 +174,8 @@ class EpisodeBook:
         step_cap: int | None = None,
         seconds_cap: float | None = None,
         mint: Callable[[], str] = mint_uuid7,
+        endpoint: str | None = None,
+        pool: EpisodePool | None = None,
     ) -> None:
         self.slots = [_Slot(k) for k in range(num_envs)]
         self.session_id = session_id
@@ -180,6 +188,10 @@ class EpisodeBook:
         self.step_cap = step_cap
         self.seconds_cap = seconds_cap
         self._mint = mint
+        self.endpoint = endpoint
+        """What every record names as its endpoint (the env's address, if it has one)."""
+        self.pool = pool
+        """The fleet's shared episodes, when this book is one endpoint of a fleet run."""
         self.completed: list[EpisodeRecord] = []
         self.started = 0
         self.generation = 0
@@ -210,15 +222,21 @@ class EpisodeBook:
 
     @property
     def quota_reached(self) -> bool:
+        if self.pool is not None:
+            return self.pool.quota_reached
         return self.max_episodes is not None and len(self.completed) >= self.max_episodes
 
     def can_start(self) -> bool:
         """Whether starting one more episode could still be counted."""
+        if self.pool is not None:
+            return self.pool.can_start()
         return self.max_episodes is None or self.started < self.max_episodes
 
     # -- resets --------------------------------------------------------------------------
 
     def _plan_seeds(self, lanes: Sequence[int]) -> list[int | None]:
+        if self.pool is not None:
+            return [None] * len(lanes)  # the pool's claims carry them
         if self.episode_seeds:
             remaining = len(self.episode_seeds) - self.seed_cursor
             if remaining >= len(lanes):
@@ -239,8 +257,13 @@ class EpisodeBook:
             return out
         return [None] * len(lanes)
 
-    def _new_episode(self, slot: _Slot, seed: int | None) -> PlannedEpisode:
-        index = self.started
+    def _new_episode(self, slot: _Slot, seed: int | None, *, seeded: bool = True) -> PlannedEpisode:
+        if self.pool is not None:
+            index, pooled = self.pool.claim(self)
+            if seeded:
+                seed = pooled
+        else:
+            index = self.started
         self.started += 1
         slot.index = index
         slot.seed = seed
@@ -270,6 +293,13 @@ class EpisodeBook:
             self._move(slot, LaneEvent.RESET_DONE)
             slot.steps, slot.reward, slot.started_at = 0, 0.0, now
             slot.predict_ms, slot.predicts, slot.step_ms = 0.0, 0, 0.0
+
+    def give_back(self) -> list[int]:
+        """This endpoint is lost: the fleet episodes it runs go back to the pool.
+
+        Returns their indices (see :meth:`EpisodePool.release`); ``[]`` outside a fleet.
+        """
+        return self.pool.release(self) if self.pool is not None else []
 
     def retire(self, lane: int) -> None:
         self._check([lane], LaneEvent.RETIRE)
@@ -315,7 +345,7 @@ class EpisodeBook:
                 slot.episode_id, slot.next_id = slot.next_id, ""
                 slot.steps, slot.reward, slot.started_at = 0, 0.0, now
                 slot.predict_ms, slot.predicts, slot.step_ms = 0.0, 0, 0.0
-                rolled.append((self._new_episode(slot, None), old))
+                rolled.append((self._new_episode(slot, None, seeded=False), old))
                 continue
             # ACTIVE --STEPPED--> ACTIVE: the state stays; no table lookup needed.
             slot.steps += 1
@@ -436,7 +466,11 @@ class EpisodeBook:
         if event is LaneEvent.ENDED_ROLLING:
             slot.next_id = self._mint()
         ended = slot.episode_id
-        if self.quota_reached:
+        if self.pool is not None:
+            counted = self.pool.complete(slot.index)
+        else:
+            counted = not self.quota_reached
+        if not counted:
             self.over_quota += 1
             return ended, None
         info = dict(final_info) if final_info is not None else None
@@ -454,6 +488,7 @@ class EpisodeBook:
             duration_s=max(0.0, now - slot.started_at),
             predict_ms=slot.predict_ms / slot.predicts if slot.predicts else 0.0,
             step_ms=slot.step_ms / slot.steps if slot.steps else 0.0,
+            endpoint=self.endpoint,
         )
         self.completed.append(record)
         return ended, Completion(record, info)

@@ -10,7 +10,13 @@ import attrs
 from ..protocol import INFO_IS_SUCCESS, INFO_SUCCESS
 from ._telemetry import TelemetryRow
 
-__all__ = ["EpisodeRecord", "RunStatus", "RuntimeReport", "success_from_final_info"]
+__all__ = [
+    "EndpointReport",
+    "EpisodeRecord",
+    "RunStatus",
+    "RuntimeReport",
+    "success_from_final_info",
+]
 
 RunStatus = Literal["completed", "cancelled", "failed"]
 
@@ -62,6 +68,8 @@ class EpisodeRecord:
     """Mean duration of the predicts that served this episode (0.0 if none did)."""
     step_ms: float
     """Mean duration of this episode's env steps."""
+    endpoint: str | None = None
+    """The address of the env endpoint it ran on (``None`` for an env in this process)."""
 
     def to_json_dict(self) -> dict[str, Any]:
         """The DESIGN.md report schema for one episode."""
@@ -74,6 +82,42 @@ class EpisodeRecord:
             "truncated": self.truncated,
             "success": self.success,
             "duration_s": self.duration_s,
+            "endpoint": self.endpoint,
+        }
+
+
+@attrs.frozen
+class EndpointReport:
+    """One endpoint of a fleet run: how its part ended, what it did, what it lost.
+
+    >>> EndpointReport("127.0.0.1:5001", "completed", None, 3, 60).to_json_dict()["episodes"]
+    3
+    """
+
+    endpoint: str
+    """Its address, as given."""
+    status: RunStatus
+    """``completed`` or ``cancelled`` with the run; ``failed`` when it was lost."""
+    error: str | None
+    """Why it failed (``"<ErrorClass>: <message>"``); ``None`` if it did not."""
+    episodes: int
+    """Episodes it completed that the run counted."""
+    env_step_calls: int
+    retried: tuple[tuple[int, int | None], ...] = ()
+    """``(index, seed)`` of the episodes it was running when it was lost: each one was
+    started again on another endpoint (same index, same seed)."""
+    telemetry: tuple[TelemetryRow, ...] = ()
+    """Its own session-horizon rows."""
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "endpoint": self.endpoint,
+            "status": self.status,
+            "error": self.error,
+            "episodes": self.episodes,
+            "env_step_calls": self.env_step_calls,
+            "retried": [{"index": index, "seed": seed} for index, seed in self.retried],
+            "telemetry": [row.to_json_dict() for row in self.telemetry],
         }
 
 
@@ -105,6 +149,8 @@ class RuntimeReport:
     """Things worth knowing that did not fail the run (discarded frames, failed evictions, ...)."""
     hook_errors: int = 0
     """Observer hooks that raised (each was logged and ignored)."""
+    endpoints: tuple[EndpointReport, ...] = ()
+    """A fleet run's endpoints, in the order given (empty for a one-endpoint run)."""
 
     @property
     def total_episodes(self) -> int:
@@ -150,7 +196,7 @@ class RuntimeReport:
 
     def to_json_dict(self) -> dict[str, Any]:
         """The JSON report schema of ``docs/cli.md`` (``json.dumps`` it as is)."""
-        return {
+        data: dict[str, Any] = {
             "status": self.status,
             "reason": self.reason,
             "total_steps": self.total_steps,
@@ -160,3 +206,6 @@ class RuntimeReport:
             "episodes": [episode.to_json_dict() for episode in self.episodes],
             "telemetry": [row.to_json_dict() for row in self.telemetry],
         }
+        if self.endpoints:
+            data["endpoints"] = [endpoint.to_json_dict() for endpoint in self.endpoints]
+        return data

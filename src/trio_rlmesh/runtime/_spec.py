@@ -125,6 +125,9 @@ class RuntimeSessionSpec:
     limits: RuntimeLimits = attrs.field(factory=RuntimeLimits)
     env_ceiling: PeerCeiling | None = None
     model_ceiling: PeerCeiling | None = None
+    env_address: str | None = None
+    """The env's address as the caller gave it; every episode record names it as its
+    ``endpoint`` (``None``: an env in this process)."""
 
     # -- derived views ------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ __all__ = [
     "TelemetryRow",
     "XorShift64Star",
     "format_telemetry",
+    "merge_sessions",
     "summarize",
 ]
 
@@ -261,6 +262,15 @@ class TelemetryRecorder:
             )
         return rows
 
+    def session_samples(self) -> dict[tuple[str, str], tuple[int, list[float]]]:
+        """Every series with samples: ``(op, metric) -> (count, retained session samples)``."""
+        out = {}
+        for key, series in self._series.items():
+            series.fold()
+            if series.session.samples:
+                out[key] = (series.session.seen, list(series.session.samples))
+        return out
+
     def flush_window(self) -> None:
         for series in self._series.values():
             # Pending samples belong to this window (and to the session): push them first.
@@ -344,6 +354,39 @@ class OpSinks:
             self.request_bytes(request_bytes)
         if response_bytes is not None:
             self.response_bytes(response_bytes)
+
+
+def merge_sessions(
+    recorders: Iterable[TelemetryRecorder], override: TelemetryRecorder | None = None
+) -> list[TelemetryRow]:
+    """Session rows over several recorders (a fleet's endpoints), sorted by ``(op, metric)``.
+
+    A series' count is the sum of its counts; its statistics are those of every recorder's
+    retained samples pooled (exact while each recorder retained all of its samples). A
+    series ``override`` has replaces the recorders' own: a fleet records each fused
+    predict's round trip and size once there, where each endpoint also records it as its
+    own.
+
+    >>> a, b = TelemetryRecorder(), TelemetryRecorder()
+    >>> a.record("env.step", "rpc.total", 1.0); b.record("env.step", "rpc.total", 3.0)
+    >>> [(r.count, r.avg) for r in merge_sessions([a, b])]
+    [(2, 2.0)]
+    """
+    pooled: dict[tuple[str, str], tuple[int, list[float]]] = {}
+    replaced = override.session_samples() if override is not None else {}
+    for recorder in recorders:
+        for key, (count, samples) in recorder.session_samples().items():
+            if key in replaced:
+                continue
+            total, kept = pooled.get(key, (0, []))
+            pooled[key] = (total + count, kept + samples)
+    pooled.update(replaced)
+    rows = []
+    for (op, metric), (count, samples) in sorted(pooled.items()):
+        stats = summarize(samples)
+        assert stats is not None
+        rows.append(TelemetryRow(op, metric, METRIC_UNITS[metric], count, *stats))
+    return rows
 
 
 def format_telemetry(rows: Iterable[TelemetryRow]) -> str:

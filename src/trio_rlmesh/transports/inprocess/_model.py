@@ -86,6 +86,9 @@ class ModelHandlerRuntimeModel:
             _as_route_contract(contract) if contract is not None else None
         )
         self.name = name or _handler_name(self.handler)
+        self._routes: dict[str, RouteContract] = {}
+        """Each resolved route's contract, by env id: a fleet run resolves one route per
+        endpoint, and the endpoints' envs need not be alike."""
         self._wants_history = wants_history
         # The driver may evict episodes while a grouped predict is being prepared; the
         # handler sees one call at a time, as a served handler does.
@@ -116,10 +119,15 @@ class ModelHandlerRuntimeModel:
         """
         route = await resolve_route(self.handler, request, model=self.name)
         self.contract = route.contract
+        if request.context is not None:
+            self._routes[request.context.env_id] = route.contract
         self._wants_history = route.history
         return route.response
 
-    def _route_contract(self) -> RouteContract:
+    def _route_contract(self, env_id: str = "") -> RouteContract:
+        routed = self._routes.get(env_id)
+        if routed is not None:
+            return routed
         if self.contract is None:
             raise ModelError(
                 f"model {self.name!r} was asked to predict before its route was resolved",
@@ -215,7 +223,9 @@ class ModelHandlerRuntimeModel:
         for request in requests:
             try:
                 prepared.append(
-                    observation_from_request(request, self._route_contract(), model=self.name)
+                    observation_from_request(
+                        request, self._route_contract(_env_of(request)), model=self.name
+                    )
                 )
             except Error as exc:
                 prepared.append(exc)
@@ -261,7 +271,7 @@ class ModelHandlerRuntimeModel:
             try:
                 actions = encode_frames(
                     answer,
-                    self._route_contract().action_space,
+                    self._route_contract(group.env_id).action_space,
                     group.num_envs,
                     model=self.name,
                     env_id=group.env_id,
@@ -309,6 +319,7 @@ class ModelHandlerRuntimeModel:
     ) -> None:
         """Forget the route (through the route setup), giving up after ``timeout`` seconds."""
         env_id = request.context.env_id if request.context is not None else ""
+        self._routes.pop(env_id, None)
         setup = self.handler.route_setup()
         if setup is None:
             return

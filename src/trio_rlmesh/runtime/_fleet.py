@@ -1,0 +1,369 @@
+"""One run over several env endpoints: a driver per endpoint, one model, fused predicts.
+
+:class:`FleetRun` is what ``run_local`` runs for a sequence of env addresses. Inside its
+nursery there is one task per endpoint, each running an ordinary
+:class:`~trio_rlmesh.runtime.RuntimeDriver` for its endpoint, and, when the model fuses
+predicts, one :class:`~trio_rlmesh.runtime._calls.PredictBatcher` that every driver
+submits to, so predicts from different endpoints that are ready together reach the model
+as one call (with a bounded wait for the endpoints not yet in). What the drivers share
+is a :class:`Fleet`: the batcher and the
+:class:`~trio_rlmesh.runtime._pool.EpisodePool`, which numbers the fleet's episodes,
+seeds them and holds the quota.
+
+Failures: by default the first endpoint that fails stops the others (each driver is
+cancelled and reports what it finished), and the run fails with that error, carrying the
+merged report. With ``tolerate_endpoint_failures`` an endpoint failure (an error of an
+``env.*`` operation, connecting included) loses that endpoint only: the episodes it was
+running go back to the pool and the others run them again with the same seeds. A model or
+hook failure still fails the run, and so does losing every endpoint.
+
+:func:`merge_reports` is the one place a fleet's report is put together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TypeAlias
+
+import attrs
+import trio
+
+from .._errors import Error, ModelError, ProtocolError
+from ..protocol import model_v1
+from ._calls import Call, Outcome, PredictBatcher, Prefetch, is_cancellation
+from ._driver import CANCELLED_BY_CALLER, RuntimeDriver
+from ._interfaces import RuntimeModel
+from ._plans import ActionPlan
+from ._pool import EpisodePool
+from ._report import EndpointReport, EpisodeRecord, RunStatus, RuntimeReport
+from ._spec import RuntimeLimits
+from ._telemetry import TelemetryRecorder, TelemetryRow, merge_sessions
+
+__all__ = ["DEFAULT_FUSE_WAIT", "Fleet", "FleetRun", "is_endpoint_failure", "merge_reports"]
+
+DEFAULT_FUSE_WAIT = 0.002
+"""Seconds a fused predict waits for the fleet's other endpoints (see :class:`Fleet`)."""
+
+FLEET_ROUTE = "fleet"
+"""How a fused call's errors name the route: its requests come from several."""
+
+_Key: TypeAlias = tuple[RuntimeDriver, ActionPlan[Prefetch]]
+
+OpenDriver = Callable[[str, "Fleet"], AbstractAsyncContextManager[RuntimeDriver]]
+"""Opens one endpoint and builds its driver (not yet run); closes the endpoint on exit."""
+
+
+def is_endpoint_failure(error: Error) -> bool:
+    """Whether ``error`` is the env endpoint's (an ``env.*`` operation): what a fleet
+    that tolerates endpoint failures survives."""
+    return (error.operation or "").startswith("env.")
+
+
+class Fleet:
+    """What the drivers of one fleet run share: the episode pool and the predict batcher.
+
+    Args:
+        pool: the fleet's episodes.
+        model: the one model endpoint.
+        limits: the run's limits (``model_predict_timeout`` bounds each fused call).
+        fuse_wait: how long a fused predict may wait for every endpoint's request
+            before it goes without the missing ones (0: take what is ready).
+    """
+
+    def __init__(
+        self,
+        pool: EpisodePool,
+        model: RuntimeModel,
+        limits: RuntimeLimits,
+        *,
+        fuse_wait: float = DEFAULT_FUSE_WAIT,
+    ) -> None:
+        self.pool = pool
+        self.telemetry = TelemetryRecorder()
+        """The fused calls, once each (``model.predict`` round trip and group size)."""
+        self.batcher: PredictBatcher[_Key] | None = None
+        if model.fuses_predicts:
+            self.batcher = PredictBatcher(self._fused, wait=fuse_wait)
+        self._call: Call[Sequence[model_v1.PredictRequest], list[Outcome]] = Call(
+            "model.predict", "model_predict_timeout", limits.model_predict_timeout,
+            model.predict_group, error_class=ModelError, route=FLEET_ROUTE,
+        )  # fmt: skip
+        self._rpc = self.telemetry.sink("model.predict", "rpc.total")
+        self._size = self.telemetry.sink("model.predict", "group.size")
+        self._changed = trio.Event()
+
+    def changed(self) -> None:
+        """The pool changed (an episode ended, an endpoint was lost): wake the waiters."""
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_for_work(self) -> None:
+        """Until an episode may start, or the run has every episode it needs."""
+        pool = self.pool
+        while not (pool.can_start() or pool.quota_reached):
+            await self._changed.wait()
+
+    async def _fused(
+        self, requests: Sequence[model_v1.PredictRequest], keys: Sequence[_Key]
+    ) -> list[Outcome]:
+        """One model call for requests from several endpoints; each driver settles its own."""
+        started = trio.current_time()
+        outcomes: list[Outcome]
+        try:
+            results = await self._call(requests, None, 0, started)
+            if len(results) != len(requests):
+                raise ProtocolError(
+                    f"the model answered {len(results)} results for a group of "
+                    f"{len(requests)} predicts",
+                    operation="model.predict",
+                )
+            outcomes = list(results)
+        except Error as exc:
+            outcomes = [exc] * len(requests)
+        ms = (trio.current_time() - started) * 1e3
+        self._rpc(ms)
+        self._size(len(requests))
+        positions: dict[RuntimeDriver, list[int]] = {}
+        for position, (driver, _plan) in enumerate(keys):
+            positions.setdefault(driver, []).append(position)
+        for driver, mine in positions.items():
+            settled = driver.settle_fused(
+                [requests[p] for p in mine],
+                [keys[p][1] for p in mine],
+                [outcomes[p] for p in mine],
+                ms,
+                len(requests),
+            )
+            for position, outcome in zip(mine, settled, strict=True):
+                outcomes[position] = outcome
+        return outcomes
+
+
+@attrs.define(eq=False)
+class _Seat:
+    """One endpoint of the fleet while the run goes."""
+
+    address: str
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
+    driver: RuntimeDriver | None = None
+    report: RuntimeReport | None = None
+    error: Error | None = None
+    retried: tuple[tuple[int, int | None], ...] = ()
+    done: bool = False
+
+
+class FleetRun:
+    """Drive every endpoint of a fleet with one model (see the module docstring).
+
+    ``cancel(reason)`` ends the run at the drivers' next checkpoints (the report's status
+    is then ``cancelled``), like :meth:`RuntimeDriver.cancel`.
+    """
+
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        fleet: Fleet,
+        *,
+        session_id: str,
+        tolerate_endpoint_failures: bool = False,
+    ) -> None:
+        self.fleet = fleet
+        self._seats = [_Seat(address) for address in addresses]
+        self._session_id = session_id
+        self._tolerate = tolerate_endpoint_failures
+        self._stop_reason: str | None = None
+        self._cancelled = False
+        self._failure: Error | None = None
+        self.report: RuntimeReport | None = None
+        """The merged report, whichever way the run ended."""
+
+    @property
+    def endpoints(self) -> int:
+        return len(self._seats)
+
+    @property
+    def lost(self) -> tuple[str, ...]:
+        """Addresses of the endpoints lost so far."""
+        return tuple(seat.address for seat in self._seats if seat.error is not None)
+
+    def cancel(self, reason: str = CANCELLED_BY_CALLER) -> None:
+        """End the run; every driver reports what it finished (status ``cancelled``)."""
+        self._cancelled = True
+        self._stop(reason)
+
+    def _stop(self, reason: str) -> None:
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        for seat in self._seats:
+            if seat.driver is not None:
+                seat.driver.cancel(reason)
+            elif not seat.done:
+                seat.scope.cancel()  # still connecting: nothing to report yet
+
+    async def run(self, open_driver: OpenDriver) -> RuntimeReport:
+        """Run every endpoint to the end; returns the merged report (or raises, with it)."""
+        interrupted: BaseException | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                batcher = self.fleet.batcher
+                if batcher is not None:
+                    nursery.start_soon(batcher.serve)
+                async with trio.open_nursery() as endpoints:
+                    for seat in self._seats:
+                        endpoints.start_soon(self._endpoint, seat, open_driver)
+                nursery.cancel_scope.cancel()
+        except BaseException as exc:
+            interrupted = exc
+        self.report = report = self._conclude(interrupted)
+        if interrupted is not None:
+            raise interrupted
+        if self._failure is not None:
+            self._failure.report = report
+            raise self._failure
+        return report
+
+    async def _endpoint(self, seat: _Seat, open_driver: OpenDriver) -> None:
+        try:
+            with seat.scope:
+                async with open_driver(seat.address, self.fleet) as driver:
+                    seat.driver = driver
+                    if self._stop_reason is not None:
+                        driver.cancel(self._stop_reason)
+                    seat.report = await driver.run()
+        except Error as exc:
+            seat.report = exc.report
+            self._lose(seat, exc)
+        except Exception as exc:
+            error = Error(f"endpoint {seat.address} failed: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            self._lose(seat, error)
+        finally:
+            seat.done = True
+
+    def _lose(self, seat: _Seat, error: Error) -> None:
+        error.with_context(address=seat.address)
+        seat.error = error
+        if self._tolerate and is_endpoint_failure(error) and self._stop_reason is None:
+            # The driver has ended: what its book still holds was never completed.
+            back = seat.driver._book.give_back() if seat.driver is not None else []
+            seat.retried = tuple((index, self.fleet.pool.seed(index)) for index in back)
+            self.fleet.changed()
+            if any(other.error is None and not other.done for other in self._seats):
+                return
+            if self.fleet.pool.quota_reached:
+                return
+        if self._failure is None:
+            self._failure = error
+        self._stop(f"stopped: endpoint {seat.address} failed")
+
+    def _conclude(self, interrupted: BaseException | None) -> RuntimeReport:
+        status: RunStatus
+        if interrupted is not None:
+            status = "cancelled" if is_cancellation(interrupted) else "failed"
+            reason: str | None = (
+                "cancelled by the caller's cancel scope"
+                if status == "cancelled"
+                else f"interrupted: {type(interrupted).__name__}"
+            )
+        elif self._failure is not None:
+            status, reason = "failed", str(self._failure)
+        elif self._cancelled:
+            status, reason = "cancelled", self._stop_reason
+        else:
+            status, reason = "completed", None
+        recorders = [s.driver._telemetry for s in self._seats if s.driver is not None]
+        telemetry = tuple(merge_sessions(recorders, self.fleet.telemetry))
+        parts = [
+            EndpointPart(seat.address, seat.report, seat.error, seat.retried)
+            for seat in self._seats
+        ]
+        return merge_reports(
+            parts,
+            status=status,
+            reason=reason,
+            session_id=self._session_id,
+            telemetry=telemetry,
+        )
+
+
+@attrs.frozen
+class EndpointPart:
+    """What one endpoint left: its driver's report (if it got that far), its error."""
+
+    address: str
+    report: RuntimeReport | None
+    error: Error | None = None
+    retried: tuple[tuple[int, int | None], ...] = ()
+
+
+def merge_reports(
+    parts: Sequence[EndpointPart],
+    *,
+    status: RunStatus,
+    reason: str | None,
+    session_id: str,
+    telemetry: tuple[TelemetryRow, ...] = (),
+) -> RuntimeReport:
+    """The fleet's report from its endpoints' parts (the one place they are merged).
+
+    Episodes come in index order (the fleet's start order; which endpoint finished first
+    is timing, the index is not). Counts add up; each endpoint's advisories are kept,
+    prefixed with its address; a lost endpoint adds one naming its error and the episodes
+    started again elsewhere. ``telemetry`` is the total (see
+    :func:`~trio_rlmesh.runtime._telemetry.merge_sessions`); each endpoint keeps its own.
+
+    >>> merge_reports([EndpointPart("a:1", None)], status="cancelled", reason="stop",
+    ...               session_id="s").endpoints[0].status
+    'cancelled'
+    """
+    episodes: list[EpisodeRecord] = []
+    advisories: list[str] = []
+    endpoints = []
+    steps = hook_errors = 0
+    for part in parts:
+        report = part.report
+        if report is not None:
+            episodes.extend(report.episodes)
+            steps += report.env_step_calls
+            hook_errors += report.hook_errors
+            advisories.extend(f"{part.address}: {text}" for text in report.advisories)
+        error = _describe(part.error) if part.error is not None else None
+        if part.error is not None:
+            retried = ", ".join(str(index) for index, _seed in part.retried) or "none"
+            advisories.append(
+                f"endpoint {part.address} was lost ({error}); episodes started again "
+                f"elsewhere: {retried}"
+            )
+        # An endpoint stopped while it was still connecting has no report: cancelled.
+        part_status: RunStatus = "failed" if part.error is not None else "cancelled"
+        if part.error is None and report is not None:
+            part_status = report.status
+        endpoints.append(
+            EndpointReport(
+                endpoint=part.address,
+                status=part_status,
+                error=error,
+                episodes=len(report.episodes) if report is not None else 0,
+                env_step_calls=report.env_step_calls if report is not None else 0,
+                retried=part.retried,
+                telemetry=report.telemetry if report is not None else (),
+            )
+        )
+    episodes.sort(key=lambda record: record.index)
+    return RuntimeReport(
+        status=status,
+        reason=reason if status != "completed" else None,
+        session_id=session_id,
+        env_id=FLEET_ROUTE,
+        episodes=tuple(episodes),
+        env_step_calls=steps,
+        telemetry=telemetry,
+        advisories=tuple(advisories),
+        hook_errors=hook_errors,
+        endpoints=tuple(endpoints),
+    )
+
+
+def _describe(error: Error) -> str:
+    return f"{type(error).__name__}: {error}"
