@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from tests.interop.envs import NestedEnv
+from tests.interop.envs import FramesEnv, NestedEnv
 
 __all__ = [
     "CHECK_ENV_IDS",
@@ -70,38 +70,6 @@ class EchoEnv(gym.Env[np.ndarray, np.int64]):
         self.t += 1
         info = {"t": np.int64(self.t), "pair": np.array([self.t, -self.t]), "flag": np.bool_(1)}
         return np.array([self.t, int(action)], np.float32), 0.5, self.t >= 3, False, info
-
-
-class FramesEnv(gym.Env[np.int64, np.int64]):
-    """Renders an RGB frame whose pixels depend on the step count."""
-
-    metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 4}  # noqa: RUF012
-
-    def __init__(self, render_mode: str | None = "rgb_array") -> None:
-        self.render_mode = render_mode
-        self.observation_space = spaces.Discrete(5)
-        self.action_space = spaces.Discrete(2)
-        self.t = 0
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[int, dict[str, Any]]:
-        super().reset(seed=seed)
-        self.t = 0
-        return 0, {}
-
-    def step(self, action: Any) -> tuple[int, float, bool, bool, dict[str, Any]]:
-        self.t += 1
-        return self.t % 5, 1.0, False, False, {}
-
-    def render(self) -> np.ndarray | None:
-        if self.render_mode != "rgb_array":
-            return None
-        frame = np.zeros((6, 8, 3), np.uint8)
-        frame[:, :, 0] = np.arange(8, dtype=np.uint8) * 30
-        frame[:, :, 1] = self.t
-        frame[2:4, 3:5, 2] = 255
-        return frame
 
 
 class BlockingEnv(gym.Env[np.ndarray, np.int64]):

@@ -297,6 +297,15 @@ def test_remote_vector_env_is_a_gymnasium_vector_env() -> None:
         assert envs.unwrapped.closed
 
 
+def test_remote_vector_env_closes_at_the_end_of_a_with_block() -> None:
+    with served_in_thread(make_vector(2)) as address:
+        with RemoteVectorEnv(address) as envs:
+            envs.reset(seed=0)
+            thread = envs._runner.thread
+        assert envs.closed
+        assert not thread.is_alive()
+
+
 def test_make_vec_builds_a_remote_vector_env_with_the_served_lane_count() -> None:
     with served_in_thread(make_vector(3)) as address:
         envs = gymnasium.make_vec(ENV_ID, num_envs=3, address=address)

@@ -16,6 +16,7 @@ from typing import Any
 
 import gymnasium
 import gymnasium.vector
+from typing_extensions import Self
 
 from .._errors import SpecError
 from ..transports.grpc import BackendName, GrpcSettings
@@ -259,3 +260,9 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv[Any, Any, Any]):
     def close_extras(self, **kwargs: Any) -> None:
         """End the session and the private thread (``close()`` calls this once)."""
         self._finalizer()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
