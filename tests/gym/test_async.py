@@ -69,7 +69,7 @@ async def test_cartpole_rollouts_equal_direct_gymnasium() -> None:
         direct = gym.make("CartPole-v1")
         assert env.observation_space == direct.observation_space
         assert env.action_space == direct.action_space
-        assert env.env_id == "CartPole-v1"
+        assert env.spec_id == "CartPole-v1"
         assert env.render_mode is None
         assert env.metadata == {"render_modes": [], "render_fps": 50}
         for seed in (0, 1, 2):

@@ -95,8 +95,8 @@ class _RemoteBase:
         self._busy = False
         self.address: str = client.address
         """The endpoint's display address (``tcp://host:port``, ``unix:///path``, ...)."""
-        self.env_id: str = contract.env_id
-        """The served env's id (``EnvSpec.id``, e.g. ``"CartPole-v1"``); may be empty."""
+        self.spec_id: str = contract.env_id
+        """The served env's ``EnvSpec.id`` (e.g. ``"CartPole-v1"``); may be empty."""
         self.render_mode: str | None = contract.render_mode
         """The render mode the server's env was made with (``None`` when it renders nothing)."""
         self.metadata: dict[str, Any] = _gym_metadata(contract.metadata, contract.render_mode)
@@ -270,15 +270,18 @@ class AsyncRemoteEnv(_RemoteBase):
         response = result.response
         obs = self._finish(self._observation(response.observation, 1, "env.step"))
         reward = self._rewards(response.rewards, 1)[0]
-        terminated = self._flags(response.terminated_mask, 1, "terminated")
-        truncated = self._flags(response.truncated_mask, 1, "truncated")
         return (
             obs,
             float(reward),
-            bool(terminated[0]),
-            bool(truncated[0]),
+            self._flag(response.terminated_mask, "terminated"),
+            self._flag(response.truncated_mask, "truncated"),
             _meta_to_python(response.infos),
         )
+
+    def _flag(self, mask: bytes, what: str) -> bool:
+        if len(mask) == 1:
+            return mask != b"\x00"
+        return bool(self._flags(mask, 1, what)[0])
 
     async def render(
         self,

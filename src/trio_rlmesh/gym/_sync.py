@@ -162,8 +162,9 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv[Any, Any, Any]):
         address: as for :class:`RemoteEnv`.
         num_envs: if given, the lane count the endpoint must serve
             (``gymnasium.make_vec`` passes it).
-        token, connect_timeout, request_timeout, workflow_edition, backend, settings,
-            render_mode: as for :class:`RemoteEnv`.
+        token: as for :class:`RemoteEnv`, like every other keyword (``connect_timeout``,
+            ``request_timeout``, ``workflow_edition``, ``backend``, ``settings``,
+            ``render_mode``).
 
     Raises:
         SpecError: ``num_envs`` is not the endpoint's lane count, or ``render_mode``
