@@ -33,7 +33,7 @@ def _median_us(fn: Callable[[], Any], reps: int, batches: int = 7) -> float:
 
 
 def _portal_round_trip_us(reps: int) -> float:
-    from trio_rlmesh.transports.grpc import open_portal
+    from trio_rlmesh.transports.grpc._portal import open_portal
 
     async def noop() -> None:
         return None

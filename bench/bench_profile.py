@@ -45,6 +45,7 @@ OTHER = "other"
 # (component, substrings of the function's file): first match wins, so the more
 # specific paths come first. Files under none of these are "neutral" (see below).
 _FILE_RULES: list[tuple[str, tuple[str, ...]]] = [
+    ("remote env layer (trio_rlmesh.gym)", ("trio_rlmesh/gym/",)),
     ("codec (trio_rlmesh.spaces)", ("trio_rlmesh/spaces/",)),
     ("betterproto2 encode/decode", ("betterproto2/", "trio_rlmesh/protocol/_generated/")),
     ("protocol glue (meta, contract)", ("trio_rlmesh/protocol/",)),

@@ -80,3 +80,38 @@ def test_single_lane_client_scenario_against_rlmesh() -> None:
     _check_side(result.ours)
     _check_side(result.theirs)
     assert result.ours.steps == result.theirs.steps
+
+
+@pytest.mark.network
+def test_remote_env_step_loop_scenarios_against_rlmesh() -> None:
+    pytest.importorskip("rlmesh")
+    bench = _load_bench()
+    from bench_gym import TARGETS
+    from bench_servers import servers
+
+    results = []
+    with servers("cartpole", ours=False) as address:
+        for which in ("sync", "async"):
+            results.append(
+                bench.scenario_gym_single(
+                    which, address["theirs"], rounds=1, episodes=1, log=lambda _: None, warmup=False
+                )
+            )
+    with servers("vector16", ours=False) as address:
+        results.append(
+            bench.scenario_gym_vector(
+                address["theirs"], rounds=1, steps=5, log=lambda _: None, warmup=False
+            )
+        )
+    assert [r.scenario for r in results] == list(TARGETS)
+    for result in results:
+        _check_side(result.ours)
+        _check_side(result.theirs)
+        # the same policy, env and seeds on both sides: the same trajectory
+        assert result.ours.steps == result.theirs.steps
+        assert result.ours.mean_reward == result.theirs.mean_reward
+        assert any("issue 12 target" in note for note in result.notes)
+    assert results[2].ours.steps == 5 * 16
+    table = bench.format_table(results)
+    assert "5s" in table
+    assert "5v" in table
