@@ -23,7 +23,7 @@ from trio_rlmesh.gym import (
     open_remote_vector_env,
 )
 from trio_rlmesh.spaces import CodecError
-from trio_rlmesh.transports.grpc import RemoteEnvError, RemoteEnvTimeout, serve_env
+from trio_rlmesh.transports.grpc import GrpcSettings, RemoteEnvError, RemoteEnvTimeout, serve_env
 
 from .envs import BlockingEnv, EchoEnv, FramesEnv, NestedEnv, assert_same
 
@@ -353,6 +353,62 @@ async def test_reset_mask_resets_single_lanes_of_a_lane_endpoint() -> None:
         assert infos == {}
         actions = np.array([0, 1, 1])
         assert_same((await envs.step(actions))[0], direct.step(actions)[0])
+
+
+async def test_reset_mask_infos_merge_as_in_gymnasium() -> None:
+    n = 3
+    async with (
+        served([EchoEnv() for _ in range(n)]) as address,
+        open_remote_vector_env(address) as envs,
+    ):
+        direct = gym.vector.SyncVectorEnv(
+            [EchoEnv for _ in range(n)], autoreset_mode=AutoresetMode.DISABLED
+        )
+        await envs.reset(seed=0)
+        direct.reset(seed=0)
+        mask = np.array([True, False, True])
+        obs, infos = await envs.reset(seed=5, options={"reset_mask": mask})
+        expected, expected_infos = direct.reset(seed=5, options={"reset_mask": mask.copy()})
+        assert_same(obs, expected)
+        np.testing.assert_equal(infos, expected_infos)
+        assert infos["seed"].tolist() == [5, 0, 7]
+        assert infos["_seed"].tolist() == [True, False, True]
+        with pytest.raises(trio_rlmesh.SpecError, match="selects no lane"):
+            await envs.reset(options={"reset_mask": np.zeros(n, bool)})
+
+
+async def test_vector_render_picks_a_lane() -> None:
+    async with (
+        served([FramesEnv(), FramesEnv()]) as address,
+        open_remote_vector_env(address) as envs,
+    ):
+        direct = [FramesEnv(), FramesEnv()]
+        await envs.reset(seed=0)
+        for lane in direct:
+            lane.reset(seed=0)
+        await envs.step(np.array([1, 1]))
+        direct[1].step(1)
+        await envs.reset(seed=0, options={"reset_mask": np.array([True, False])})
+        np.testing.assert_array_equal(await envs.render(env_index=1), direct[1].render())
+        np.testing.assert_array_equal(await envs.render(), direct[0].render())
+
+
+async def test_the_workflow_edition_and_settings_pass_through() -> None:
+    big = gym.wrappers.TransformObservation(
+        EchoEnv(),
+        lambda obs: np.full((32, 32, 3), int(obs[0]) % 256, np.uint8),
+        gym.spaces.Box(0, 255, (32, 32, 3), np.uint8),
+    )
+    async with served(big) as address:
+        with pytest.raises(trio_rlmesh.SpecError, match="no mutual workflow edition"):
+            async with open_remote_env(address, workflow_edition="1999.01"):
+                pass  # pragma: no cover
+        settings = GrpcSettings(max_message_size=2048)  # the handshake fits, a reset does not
+        async with open_remote_env(address, settings=settings) as env:
+            with pytest.raises(trio_rlmesh.TransportError):
+                await env.reset(seed=0)
+        async with open_remote_env(address, workflow_edition="2026.06") as env:
+            await env.reset(seed=0)
 
 
 async def test_reset_mask_needs_a_lane_endpoint() -> None:

@@ -388,6 +388,11 @@ class AsyncRemoteVectorEnv(_RemoteBase):
                     f"reset_mask has {flags.size} entries for {self.num_envs} lanes",
                     operation="env.reset",
                 )
+            if not flags.any():
+                raise SpecError(
+                    "reset_mask selects no lane (as in Gymnasium, at least one must be True)",
+                    operation="env.reset",
+                )
             if not flags.all():
                 lanes = [int(lane) for lane in np.flatnonzero(flags)]
                 return await self._reset_lanes(lanes, seeds, meta, timeout)
