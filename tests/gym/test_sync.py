@@ -207,6 +207,28 @@ def test_ctrl_c_during_a_step_cancels_it_and_the_env_stays_usable() -> None:
         assert obs.tolist() == [1.0]
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_gets_an_error_not_a_hang() -> None:
+    with served_in_thread(EchoEnv()) as address, RemoteEnv(address) as env:
+        env.reset(seed=0)
+        pid = os.fork()
+        if pid == 0:  # the child: the env's thread did not come along
+            signal.alarm(30)  # a hang ends the child (SIGALRM), and the test fails
+            code = 3
+            try:
+                env.step(0)
+            except trio_rlmesh.TransportError as exc:
+                code = 0 if "create it in this process" in str(exc) else 2
+            except BaseException:
+                code = 1
+            env.close()  # leaves the parent's session alone
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        obs, *_ = env.step(1)  # the parent's env is untouched
+        assert obs.tolist() == [1.0, 1.0]
+
+
 def _python(code: str, *args: str) -> list[str]:
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), *args],

@@ -16,6 +16,7 @@ from typing import Any
 
 import gymnasium
 import gymnasium.vector
+import numpy as np
 from typing_extensions import Self
 
 from .._errors import SpecError
@@ -244,8 +245,8 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv[Any, Any, Any]):
         An int ``seed`` seeds lane ``i`` with ``seed + i`` and ``np_random`` with ``seed``;
         a list gives one seed per lane.
         """
-        if isinstance(seed, int):
-            super().reset(seed=seed)
+        if isinstance(seed, int | np.integer):
+            super().reset(seed=int(seed))
         result: tuple[Any, dict[str, Any]] = self._call(self._reset, seed=seed, options=options)
         return result
 

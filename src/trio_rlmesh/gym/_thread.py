@@ -17,12 +17,14 @@ thread), the job's cancel scope is cancelled on the trio thread and the caller w
 usable: a cancelled env call's late reply is dropped by the env client.
 
 When the trio run ends for any reason, every job still waiting is released with a
-:class:`~trio_rlmesh.TransportError`, so no caller can block forever.
+:class:`~trio_rlmesh.TransportError`, so no caller can block forever. A forked child has a
+copy of the object but not the thread: calls there raise at once instead of waiting.
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import threading
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -109,6 +111,7 @@ class TrioThread(Generic[T]):
         self._closed = False
         self._finished = False
         self._close_timeout = close_timeout
+        self._pid = os.getpid()
         self._opened = _Job(_noop, (), {})
         self._thread = threading.Thread(
             target=trio.run, args=(self._main, open_resource), name=name, daemon=True
@@ -193,6 +196,11 @@ class TrioThread(Generic[T]):
         with self._calling:
             if self._closed:
                 raise TransportError("the remote env is closed")
+            if os.getpid() != self._pid:
+                raise TransportError(
+                    "the remote env was created in another process (this one was forked "
+                    "from it) and its connection stayed there; create it in this process"
+                )
             job = _Job(afn, args, kwargs)
             submitted = False
             try:
@@ -234,6 +242,8 @@ class TrioThread(Generic[T]):
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self._pid:
+            return  # a forked child: the thread and the session belong to the parent
         if not self._submit(_STOP):
             return
         if threading.current_thread() is not self._thread:
