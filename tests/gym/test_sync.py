@@ -83,6 +83,16 @@ def test_rollouts_equal_direct_gymnasium(name: str) -> None:
                     break
 
 
+def test_the_grpclib_backend_and_a_token_pass_through() -> None:
+    with served_in_thread(gymnasium.make("CartPole-v1"), token="s3cret") as address:
+        with pytest.raises(trio_rlmesh.TransportError, match="token"):
+            RemoteEnv(address, backend="grpclib").reset()
+        with RemoteEnv(address, backend="grpclib", token="s3cret") as env:
+            direct = gymnasium.make("CartPole-v1")
+            assert_same(env.reset(seed=4)[0], direct.reset(seed=4)[0])
+            assert_same(env.step(1)[0], direct.step(1)[0])
+
+
 def test_reset_seeds_np_random_like_gymnasium() -> None:
     with served_in_thread(gymnasium.make("CartPole-v1")) as address, RemoteEnv(address) as env:
         env.reset(seed=123)
