@@ -17,6 +17,7 @@ import bench_policies
 import trio
 
 from trio_rlmesh.protocol import env_v1, spaces_v1
+from trio_rlmesh.protocol._fastwire import decode_env_join_response, encode_env_join
 from trio_rlmesh.spaces import _codec
 from trio_rlmesh.spaces._gym import from_gymnasium
 
@@ -125,6 +126,13 @@ def measure(reps: int = 2000, *, portal: bool = True) -> dict[str, float]:
         ),
         "betterproto2: parse Join(step) response": _median_us(
             lambda: env_v1.JoinResponse.FromString(step_response_bytes), reps
+        ),
+        # The generated fast codec the transports use for the same two messages.
+        "fast codec: serialize Join(step) request": _median_us(
+            lambda: encode_env_join(step_request), reps
+        ),
+        "fast codec: parse Join(step) response": _median_us(
+            lambda: decode_env_join_response(step_response_bytes), reps
         ),
         "trio: one checkpoint (schedule round)": _trio_checkpoint_us(reps),
     }

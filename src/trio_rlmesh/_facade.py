@@ -1,17 +1,18 @@
 """The user-facing entry points: :func:`run_local`, :func:`run_remote` and the sync :func:`run`.
 
-They mirror the reference's ``run_local``: connect and handshake with the env,
-refuse contracts the runtime cannot drive, resolve the model route before driving
-(execution horizon, observation history), build the session spec and drive it.
-The gRPC transport is imported inside the functions, so ``import trio_rlmesh``
-stays free of grpclib and asyncio.
+They mirror the reference's ``run_local`` and share one path (:func:`_run`): open the env
+(connect and handshake with a server, or host a Gymnasium env in this process), refuse
+contracts the runtime cannot drive, resolve the model route before driving (execution
+horizon, observation history) through :meth:`RuntimeModel.resolve`, build the session
+spec from :class:`RunLocalOptions` (in one place) and drive it. The gRPC transport is
+imported inside the functions, so ``import trio_rlmesh`` stays free of it.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
@@ -23,7 +24,6 @@ from .runtime._worker import UserCode, check_user_code
 if TYPE_CHECKING:
     from .model import ModelHandler
     from .runtime import RuntimeHooks, RuntimeLimits, RuntimeReport
-    from .transports.grpc import EnvClient
 
 __all__ = ["RunLocalOptions", "run", "run_local", "run_remote"]
 
@@ -39,6 +39,14 @@ def _user_code(value: str) -> UserCode:
         return check_user_code(value)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
+
+
+def _backend(value: str) -> Literal["trio", "grpclib"]:
+    if value == "trio":
+        return "trio"
+    if value == "grpclib":
+        return "grpclib"
+    raise SpecError(f"grpc_backend must be 'trio' or 'grpclib', got {value!r}")
 
 
 def _horizon(value: int) -> int:
@@ -57,8 +65,10 @@ class RunLocalOptions:
         1
     """
 
-    env_address: str
-    """Env server address: ``host:port``, ``tcp://host:port`` or ``unix:///path``."""
+    env_address: Any
+    """The env: a server address (``host:port``, ``tcp://host:port``, ``unix:///path``), or a
+    Gymnasium env, vector env or callable returning one, hosted in this process (no
+    network; its code runs where :attr:`user_code` says)."""
     token: str | None = None
     """Sent as the raw ``authorization`` header when set."""
     workflow_edition: str = WORKFLOW_EDITION
@@ -88,69 +98,30 @@ class RunLocalOptions:
     session_id: str = "local"
     """Correlation label of the session; it is also an input of the ``base_seed`` law, so
     the same ``base_seed`` and ``session_id`` always derive the same reset seeds."""
+    grpc_backend: Literal["trio", "grpclib"] = attrs.field(default="trio", converter=_backend)
+    """How gRPC is spoken to servers: ``"trio"`` (the default) or ``"grpclib"``."""
     user_code: UserCode = attrs.field(default="thread", converter=_user_code)
-    """Where the in-process model's code runs. ``"thread"``: on a worker thread of its
-    own, so ``limits.model_predict_timeout`` and cancellation (Ctrl-C) can abandon a
-    predict that hangs. ``"inline"``: on the trio thread, a thread hand-off (tens of µs)
-    cheaper per predict, but a blocking predict then freezes the event loop, no deadline
-    fires and Ctrl-C waits for it. A :class:`~trio_rlmesh.model.ModelHandler` passed to
-    :func:`run_local` as is keeps its own choice."""
+    """Where in-process user code (the model's, and the env's when it is hosted here) runs.
+    ``"thread"``: on a worker thread of its own, so ``limits.model_predict_timeout`` and
+    cancellation (Ctrl-C) can abandon a predict that hangs. ``"inline"``: on the trio
+    thread, a thread hand-off (tens of µs) cheaper per predict, but a blocking predict then
+    freezes the event loop, no deadline fires and Ctrl-C waits for it. A
+    :class:`~trio_rlmesh.model.ModelHandler` passed to :func:`run_local` as is keeps its
+    own choice."""
 
 
-async def _run_session(
-    env: Any,
-    model: Any,
-    *,
-    contract: Any,
-    options: RunLocalOptions,
-    subset_step: bool = False,
-    workflow_edition: str = WORKFLOW_EDITION,
-    hooks: RuntimeHooks | None = None,
-    env_capabilities: dict[str, str] | None = None,
-    env_id: str | None = None,
-    session_id: str | None = None,
-    task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
-) -> RuntimeReport:
-    """Drive an already connected ``RuntimeEnv``/``RuntimeModel`` pair to completion.
+@attrs.frozen
+class _Env:
+    """An env endpoint ready to drive, however it is reached."""
 
-    Private: it takes the protocol ``EnvContract``, and protocol types stay out of the
-    public signatures. Users reach it through :func:`run_local` and :func:`run_remote`.
-
-    ``task_status.started`` receives the :class:`~trio_rlmesh.runtime.RuntimeDriver`
-    (so a caller can ``cancel`` it) right before driving starts.
-    """
-    from .protocol import MAX_MESSAGE_SIZE
-    from .runtime import PeerCeiling, RuntimeDriver, RuntimeLimits, RuntimeSessionSpec
-    from .runtime._ids import mint_uuid7
-
-    num_envs = max(1, int(contract.num_envs))
-    spec = RuntimeSessionSpec(
-        session_id=session_id or options.session_id,
-        env_id=env_id or mint_uuid7(),
-        env_component_id="local-env",
-        model_component_id="local-model",
-        workflow_edition=workflow_edition,
-        env_contract=contract,
-        num_envs=num_envs,
-        base_seed=options.base_seed,
-        episode_seeds=options.episode_seeds,
-        max_episodes=options.max_episodes,
-        trial_index_base=options.trial_index_base,
-        max_episode_steps=options.max_episode_steps,
-        max_episode_seconds=options.max_episode_seconds,
-        close_env_on_end=options.close_env,
-        subset_step=subset_step,
-        limits=options.limits or RuntimeLimits(),
-        env_ceiling=PeerCeiling(
-            edition=workflow_edition,
-            capabilities=dict(env_capabilities or {}),
-            max_message_size=MAX_MESSAGE_SIZE,
-        ),
-        model_ceiling=None,
-    )
-    driver = RuntimeDriver(spec, env, model, hooks, prefetch_lead=options.prefetch_lead)
-    task_status.started(driver)
-    return await driver.run()
+    runtime: Any
+    """The :class:`~trio_rlmesh.runtime.RuntimeEnv`."""
+    contract: Any
+    """Its ``EnvContract``."""
+    subset_step: bool
+    workflow_edition: str
+    capabilities: dict[str, str]
+    component_id: str
 
 
 def _check_drivable(num_envs: int, subset_step: bool, options: RunLocalOptions) -> None:
@@ -164,49 +135,151 @@ def _check_drivable(num_envs: int, subset_step: bool, options: RunLocalOptions) 
 
 
 @asynccontextmanager
-async def _connected_env(options: RunLocalOptions) -> AsyncIterator[tuple[EnvClient, Any]]:
-    """Connect and handshake, then refuse a contract the runtime cannot drive."""
-    from .protocol import read_env_contract
-    from .transports.grpc import open_env_client
+async def _open_env(options: RunLocalOptions) -> AsyncIterator[_Env]:
+    """Connect to the env server, or host the env in this process (no network)."""
+    from .protocol import CAP_SUBSET_STEP, CAPABILITY_TRUE, read_env_contract
 
-    async with open_env_client(
-        options.env_address,
-        token=options.token,
-        connect_timeout=options.connect_timeout,
-        editions=(options.workflow_edition,),
-    ) as client:
-        # Decoding validates both spaces; a missing action space fails here, at connect,
-        # instead of on the first predict.
-        info = read_env_contract(client.contract)
-        _check_drivable(client.num_envs, client.subset_step, options)
-        yield client, info
+    target = options.env_address
+    if isinstance(target, str):
+        from .transports.grpc import EnvClientRuntimeEnv, open_env_client
+
+        async with open_env_client(
+            target,
+            token=options.token,
+            connect_timeout=options.connect_timeout,
+            editions=(options.workflow_edition,),
+            backend=options.grpc_backend,
+        ) as client:
+            # Decoding validates both spaces; a missing action space fails here, at
+            # connect, instead of on the first predict.
+            read_env_contract(client.contract)
+            yield _Env(
+                EnvClientRuntimeEnv(client),
+                client.contract,
+                client.subset_step,
+                client.workflow_edition,
+                dict(client.capabilities),
+                client.address,
+            )
+        return
+    from .transports.inprocess import GymEnvRuntimeEnv
+
+    # Opening may call a factory (user code), so not on the event loop.
+    env = await trio.to_thread.run_sync(
+        lambda: GymEnvRuntimeEnv(target, user_code=options.user_code)
+    )
+    capabilities = {CAP_SUBSET_STEP: CAPABILITY_TRUE} if env.subset_step else {}
+    try:
+        yield _Env(
+            env, env.contract, env.subset_step, options.workflow_edition, capabilities, "local-env"
+        )
+    finally:
+        with trio.CancelScope(shield=True):
+            await env.release()
 
 
-async def _drive_client(
-    client: EnvClient,
+@asynccontextmanager
+async def _open_model(
+    model: Any, options: RunLocalOptions, model_token: str | None
+) -> AsyncIterator[Any]:
+    """A served model's client, or the model in this process."""
+    if isinstance(model, str):
+        from .transports.grpc import ModelClientRuntimeModel, open_model_client
+
+        async with open_model_client(
+            model, token=model_token, backend=options.grpc_backend
+        ) as client:
+            yield ModelClientRuntimeModel(client)
+        return
+    from .model import as_handler
+    from .transports.inprocess import ModelHandlerRuntimeModel
+
+    yield ModelHandlerRuntimeModel(as_handler(model, user_code=options.user_code))
+
+
+async def _run(
+    env: _Env,
     model: Any,
     options: RunLocalOptions,
     *,
-    env_id: str,
-    session_id: str,
     hooks: RuntimeHooks | None,
     task_status: trio.TaskStatus[Any],
 ) -> RuntimeReport:
-    from .transports.grpc import EnvClientRuntimeEnv
+    """The one run path: resolve the route, build the session spec, drive.
 
-    return await _run_session(
-        EnvClientRuntimeEnv(client),
-        model,
-        contract=client.contract,
-        options=options,
-        subset_step=client.subset_step,
-        workflow_edition=client.workflow_edition,
-        hooks=hooks,
-        env_capabilities=dict(client.capabilities),
-        env_id=env_id,
-        session_id=session_id,
-        task_status=task_status,
+    ``task_status.started`` receives the :class:`~trio_rlmesh.runtime.RuntimeDriver` (so
+    a caller can ``cancel`` it) right before driving starts.
+    """
+    from .model._wire import route_request
+    from .protocol import MAX_MESSAGE_SIZE
+    from .runtime import PeerCeiling, RuntimeDriver, RuntimeLimits, RuntimeSessionSpec
+    from .runtime._ids import mint_uuid7
+
+    contract = env.contract
+    num_envs = max(1, int(contract.num_envs))
+    _check_drivable(num_envs, env.subset_step, options)
+    # The runtime is the env-id authority: the route resolves under the id the session
+    # will use, before any step, exactly as the served path does at ResolveAdapter.
+    env_id = mint_uuid7()
+    session_id = options.session_id
+    await model.resolve(
+        route_request(
+            env_id,
+            contract.spec,
+            session_id=session_id,
+            workflow_edition=env.workflow_edition,
+            execution_horizon=options.execution_horizon,
+        )
     )
+    spec = RuntimeSessionSpec(
+        session_id=session_id,
+        env_id=env_id,
+        env_component_id=env.component_id,
+        model_component_id="local-model",
+        workflow_edition=env.workflow_edition,
+        env_contract=contract,
+        num_envs=num_envs,
+        base_seed=options.base_seed,
+        episode_seeds=options.episode_seeds,
+        max_episodes=options.max_episodes,
+        trial_index_base=options.trial_index_base,
+        max_episode_steps=options.max_episode_steps,
+        max_episode_seconds=options.max_episode_seconds,
+        close_env_on_end=options.close_env,
+        subset_step=env.subset_step,
+        limits=options.limits or RuntimeLimits(),
+        env_ceiling=PeerCeiling(
+            edition=env.workflow_edition,
+            capabilities=env.capabilities,
+            max_message_size=MAX_MESSAGE_SIZE,
+        ),
+        model_ceiling=None,
+    )
+    driver = RuntimeDriver(spec, env.runtime, model, hooks, prefetch_lead=options.prefetch_lead)
+    task_status.started(driver)
+    return await driver.run()
+
+
+async def _run_session(
+    env: Any,
+    model: Any,
+    *,
+    contract: Any,
+    options: RunLocalOptions,
+    subset_step: bool = False,
+    hooks: RuntimeHooks | None = None,
+    task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
+) -> RuntimeReport:
+    """:func:`_run` for a ``RuntimeEnv``/``RuntimeModel`` pair built by the caller (tests).
+
+    Private: it takes the protocol ``EnvContract``, and protocol types stay out of the
+    public signatures.
+    """
+    from .protocol import CAP_SUBSET_STEP, CAPABILITY_TRUE
+
+    capabilities = {CAP_SUBSET_STEP: CAPABILITY_TRUE} if subset_step else {}
+    endpoint = _Env(env, contract, subset_step, options.workflow_edition, capabilities, "local-env")
+    return await _run(endpoint, model, options, hooks=hooks, task_status=task_status)
 
 
 async def run_local(
@@ -216,7 +289,8 @@ async def run_local(
     hooks: RuntimeHooks | None = None,
     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
 ) -> RuntimeReport:
-    """Connect to an env server and evaluate an in-process model against it.
+    """Evaluate an in-process model against an env server, or against an env in this
+    process (``options.env_address`` a Gymnasium env, vector env or factory: no network).
 
     ``handler`` is a :class:`~trio_rlmesh.model.ModelHandler`, a
     :class:`~trio_rlmesh.model.Model`, or any object with a numpy ``predict``.
@@ -233,35 +307,8 @@ async def run_local(
             with trio.move_on_after(60):
                 report = await run_local(MyModel(), options)
     """
-    from .model import ResolveOptions, RouteContract, as_handler
-    from .runtime._ids import mint_uuid7
-    from .transports.inprocess import ModelHandlerRuntimeModel
-
-    model_handler = as_handler(handler, user_code=options.user_code)
-    async with _connected_env(options) as (client, info):
-        # The runtime is the env-id authority: the route resolves under the id the
-        # session will use, before any step, as the served path does at ResolveAdapter.
-        env_id = mint_uuid7()
-        wants_history = False
-        setup = model_handler.route_setup()
-        if setup is not None:
-            # A route setup is promised a RouteContract, as on the served path.
-            needs = await setup.resolve_adapter(
-                env_id,
-                RouteContract.from_env_contract(info),
-                ResolveOptions(execution_horizon=options.execution_horizon, delivers_history=True),
-            )
-            wants_history = needs.history is not None
-        model = ModelHandlerRuntimeModel(model_handler, info, wants_history=wants_history)
-        return await _drive_client(
-            client,
-            model,
-            options,
-            env_id=env_id,
-            session_id=options.session_id,
-            hooks=hooks,
-            task_status=task_status,
-        )
+    async with _open_env(options) as env, _open_model(handler, options, None) as model:
+        return await _run(env, model, options, hooks=hooks, task_status=task_status)
 
 
 async def run_remote(
@@ -277,44 +324,24 @@ async def run_remote(
     The route is resolved on the model server (ResolveAdapter with the env's spec,
     the execution horizon and the offer of observation history) before driving.
     """
-    from .runtime._ids import mint_uuid7
-    from .transports.grpc import ModelClientRuntimeModel, open_model_client
-
     async with (
-        _connected_env(options) as (client, _info),
-        open_model_client(model_address, token=model_token) as model_client,
+        _open_env(options) as env,
+        _open_model(model_address, options, model_token) as model,
     ):
-        env_id, session_id = mint_uuid7(), options.session_id
-        env_spec = client.contract.spec
-        assert env_spec is not None  # read_env_contract refused a contract without one
-        model = ModelClientRuntimeModel(model_client)
-        await model.resolve(
-            env_id,
-            env_spec,
-            session_id=session_id,
-            execution_horizon=options.execution_horizon,
-            workflow_edition=client.workflow_edition,
-        )
-        return await _drive_client(
-            client,
-            model,
-            options,
-            env_id=env_id,
-            session_id=session_id,
-            hooks=hooks,
-            task_status=task_status,
-        )
+        return await _run(env, model, options, hooks=hooks, task_status=task_status)
 
 
-def run(handler: Any, env_address: str, **options: Any) -> RuntimeReport:
+def run(handler: Any, env: Any, **options: Any) -> RuntimeReport:
     """Synchronous :func:`run_local` for scripts and notebooks (starts its own trio loop).
 
+    ``env`` is an env server address, or a Gymnasium env, vector env or callable returning
+    one, run in this process with no network (as ``rlmesh.run(model, env)`` does).
     Keyword arguments are the fields of :class:`RunLocalOptions`.
 
     Example::
 
-        report = trio_rlmesh.run(MyModel(), "127.0.0.1:50051", max_episodes=3)
+        report = trio_rlmesh.run(MyModel(), gymnasium.make("CartPole-v1"), max_episodes=3)
         print(report.mean_reward)
     """
-    opts = RunLocalOptions(env_address, **options)
+    opts = RunLocalOptions(env, **options)
     return trio.run(run_local, handler, opts)

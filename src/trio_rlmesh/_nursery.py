@@ -1,4 +1,4 @@
-"""A nursery for the background tasks of an async context manager.
+"""Nurseries for the background tasks of an async context manager.
 
 ``open_env_client`` and friends keep a reader task running while the user's block runs.
 Yielding inside a plain nursery would hand the user an :class:`ExceptionGroup` for any
@@ -52,22 +52,35 @@ async def background_nursery() -> AsyncIterator[trio.Nursery]:
 
 @asynccontextmanager
 async def shielded_nursery() -> AsyncIterator[trio.Nursery]:
-    """Yield a nursery whose tasks the caller's cancellation does not reach; they are
-    cancelled only when the block exits.
+    """Yield a nursery that a cancellation of the block does not reach; its tasks are
+    cancelled when the block exits. Like :func:`background_nursery`, the block's own
+    exception comes out as it was raised.
 
-    A server's connections live in one: cancelling ``serve_env`` must first drain and end
-    every call with a status (in the block's ``finally``), which needs the handlers alive.
+    For servers: a stop arrives as a cancellation of the block, and the calls in progress
+    must live on through the orderly stop the block's cleanup performs (drain, final
+    statuses, GOAWAY) instead of dying at once.
+
+    >>> async def main():
+    ...     with trio.CancelScope() as scope:
+    ...         async with shielded_nursery() as nursery:
+    ...             done = trio.Event()
+    ...             nursery.start_soon(done.wait)
+    ...             scope.cancel()
+    ...             await trio.lowlevel.checkpoint_if_cancelled()
+    ...     return scope.cancelled_caught
+    >>> trio.run(main)
+    True
     """
     async with background_nursery() as outer:
-        inner, scope = await outer.start(_host)
+        inner: trio.Nursery = await outer.start(_hold_shielded)
         try:
             yield inner
         finally:
-            scope.cancel()
+            inner.cancel_scope.cancel()
 
 
-async def _host(*, task_status: trio.TaskStatus[tuple[trio.Nursery, trio.CancelScope]]) -> None:
-    with trio.CancelScope(shield=True) as scope:
-        async with trio.open_nursery() as nursery:
-            task_status.started((nursery, scope))
-            await trio.sleep_forever()
+async def _hold_shielded(*, task_status: trio.TaskStatus[trio.Nursery]) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.cancel_scope.shield = True
+        task_status.started(nursery)
+        await trio.sleep_forever()

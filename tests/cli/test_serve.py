@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.transports.grpc.env_server_support import raw_client
+from tests.transports.grpc.servers import env_handshake
+from tests.transports.grpc.wire import open_raw_client
 from trio_rlmesh._cli._exit import UsageError
 from trio_rlmesh._cli._targets import load_env_target
 
@@ -57,8 +58,8 @@ async def test_serve_env_cli(tmp_path: Path, sig: signal.Signals, code: int) -> 
             assert host == "127.0.0.1"
             assert int(port) > 0
             assert ready.read_text().strip() == address
-            async with raw_client(address) as client:
-                response = await client.handshake()
+            async with open_raw_client(address) as raw:
+                response = await env_handshake(raw)
                 assert response.env_contract is not None
                 assert response.env_contract.spec is not None
                 assert response.env_contract.spec.id == "CartPole-v1"
@@ -74,8 +75,8 @@ async def test_serve_env_cli_module_target_with_lanes_and_token() -> None:
     with trio.fail_after(60):
         process, address = await _serve("tests.cli.envs:make", "--num-envs", "2", "--token", "t")
         try:
-            async with raw_client(address, "t") as client:
-                response = await client.handshake()
+            async with open_raw_client(address, token="t") as raw:
+                response = await env_handshake(raw)
                 assert response.env_contract is not None
                 assert response.env_contract.num_envs == 2
             process.send_signal(signal.SIGTERM)

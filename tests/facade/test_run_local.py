@@ -478,3 +478,33 @@ async def test_the_predict_deadline_fires_for_a_local_model_that_hangs() -> None
 def test_run_local_options_refuse_an_unknown_user_code() -> None:
     with pytest.raises(SpecError, match="user_code must be 'thread' or 'inline'"):
         RunLocalOptions("127.0.0.1:1", user_code="fast")  # type: ignore[arg-type]
+
+
+async def test_a_served_env_that_hangs_answers_its_own_timeout() -> None:
+    """The server enforces ``timeout_ms`` and answers TIMEOUT; the driver waits for that
+    answer (the client enforces deadlines) instead of cutting the call off first."""
+
+    class HangsOnStep(gym.Wrapper):  # type: ignore[type-arg]
+        def __init__(self) -> None:
+            super().__init__(gym.make(CARTPOLE))
+            self.release = threading.Event()
+
+        def step(self, action: Any) -> Any:
+            self.release.wait()
+            return super().step(action)
+
+    env = HangsOnStep()
+    limits = RuntimeLimits(env_step_timeout=0.2)
+    try:
+        with trio.fail_after(30):
+            async with serving(env) as address:
+                with pytest.raises(trio_rlmesh.OperationTimeout) as info:
+                    await run_local(
+                        Balancer(), RunLocalOptions(address, max_episodes=1, limits=limits)
+                    )
+    finally:
+        env.release.set()
+    assert info.value.operation == "env.step"
+    assert info.value.code == "TIMEOUT"  # the server's answer, not the driver's own scope
+    assert "timed out after 200ms" in str(info.value)
+    assert info.value.report is not None

@@ -11,12 +11,14 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import pytest
 import trio
+
+from trio_rlmesh.transports.grpc import BACKENDS, BackendName
 
 HERE = Path(__file__).parent
 SERVE_ENV = HERE / "serve_env.py"
@@ -25,9 +27,9 @@ STARTUP_TIMEOUT = 60.0
 
 @contextlib.asynccontextmanager
 async def script_server(
-    script: Path, kind: str, env: dict[str, str] | None = None
+    script: Path, kind: str, env: dict[str, str] | None = None, args: Sequence[str] = ()
 ) -> AsyncIterator[str]:
-    """Run ``script KIND READY_FILE`` in a subprocess; yield the address it writes there.
+    """Run ``script KIND READY_FILE *args`` in a subprocess; yield the address it writes there.
 
     Both the rlmesh server script and ours follow that protocol. The process is
     terminated (then killed after 10 s) when the block exits.
@@ -35,7 +37,7 @@ async def script_server(
     with tempfile.TemporaryDirectory() as tmp:
         ready = Path(tmp) / "address"
         process = await trio.lowlevel.open_process(
-            [sys.executable, str(script), kind, str(ready)],
+            [sys.executable, str(script), kind, str(ready), *args],
             stdout=subprocess.DEVNULL,
             env={**os.environ, **(env or {})},
         )
@@ -68,3 +70,10 @@ async def rlmesh_env_server(kind: str) -> AsyncIterator[str]:
 def env_server() -> Callable[[str], AbstractAsyncContextManager[str]]:
     """``async with env_server("cartpole") as address: ...``"""
     return rlmesh_env_server
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> BackendName:
+    """Our side's gRPC backend, where our side is under test."""
+    name: BackendName = request.param
+    return name

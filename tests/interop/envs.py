@@ -204,6 +204,31 @@ class FramesEnv(gym.Env[int, int]):
         return frame
 
 
+class RaisingEnv(gym.Env[np.ndarray, np.int64]):
+    """Steps once, then raises ValueError at every step (RLMesh answers an in-band EnvError
+    and ends the Join stream)."""
+
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium's convention
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self._t = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self._t += 1
+        if self._t >= 2:
+            raise ValueError("the env broke")
+        return np.zeros(1, np.float32), 1.0, False, False, {}
+
+
 def build(kind: str) -> Any:
     """The env (or list of lane envs) named ``kind``."""
     if kind == "cartpole":
@@ -227,6 +252,8 @@ def build(kind: str) -> Any:
         return NullMetadata(gym.make("CartPole-v1"))
     if kind == "lanes4":
         return [gym.make("CartPole-v1") for _ in range(4)]
+    if kind == "raises":
+        return RaisingEnv()
     if kind == "oldgym":
         return OldGymEnv()
     if kind == "oldgym_vector3":

@@ -1,4 +1,5 @@
-"""Our env client against the real ``rlmesh.EnvServer`` 0.1.0, checked against Gymnasium.
+"""Our env client, on each backend, against the real ``rlmesh.EnvServer`` 0.1.0, checked
+against Gymnasium.
 
 Each test serves an env with rlmesh in a subprocess, drives it with
 :func:`~trio_rlmesh.transports.grpc.open_env_client`, and replays the same seeds
@@ -18,9 +19,9 @@ import numpy as np
 import pytest
 import trio
 
-from trio_rlmesh import spaces
+from trio_rlmesh import TransportError, spaces
 from trio_rlmesh.protocol import CAP_SUBSET_STEP, core_v1, env_v1, spaces_v1, spec_to_space
-from trio_rlmesh.transports.grpc._env_client import EnvClient, open_env_client
+from trio_rlmesh.transports.grpc import BackendName, EnvClient, RemoteEnvError, open_env_client
 
 from . import envs
 
@@ -100,9 +101,12 @@ async def rollout_single(
     raise AssertionError("the episode never ended")
 
 
-async def test_cartpole(env_server: ServerFactory) -> None:
+async def test_cartpole(env_server: ServerFactory, backend: BackendName) -> None:
     with trio.fail_after(120):
-        async with env_server("cartpole") as address, open_env_client(address) as client:
+        async with (
+            env_server("cartpole") as address,
+            open_env_client(address, backend=backend) as client,
+        ):
             assert client.num_envs == 1
             assert client.contract.autoreset_mode == core_v1.AutoresetMode.DISABLED
             assert client.server_info.package_version == "0.1.0"
@@ -117,9 +121,12 @@ async def test_cartpole(env_server: ServerFactory) -> None:
             assert final == []  # every episode already completed
 
 
-async def test_pendulum(env_server: ServerFactory) -> None:
+async def test_pendulum(env_server: ServerFactory, backend: BackendName) -> None:
     with trio.fail_after(120):
-        async with env_server("pendulum") as address, open_env_client(address) as client:
+        async with (
+            env_server("pendulum") as address,
+            open_env_client(address, backend=backend) as client,
+        ):
             direct = envs.build("pendulum")
             rng = np.random.default_rng(7)
             length = await rollout_single(
@@ -131,9 +138,12 @@ async def test_pendulum(env_server: ServerFactory) -> None:
             assert length == 200  # truncated by the TimeLimit
 
 
-async def test_nested_spaces(env_server: ServerFactory) -> None:
+async def test_nested_spaces(env_server: ServerFactory, backend: BackendName) -> None:
     with trio.fail_after(120):
-        async with env_server("nested") as address, open_env_client(address) as client:
+        async with (
+            env_server("nested") as address,
+            open_env_client(address, backend=backend) as client,
+        ):
             obs_space, _ = contract_spaces(client)
             assert isinstance(obs_space, spaces.Dict)
             direct = envs.build("nested")
@@ -147,11 +157,16 @@ async def test_nested_spaces(env_server: ServerFactory) -> None:
                 )
 
 
-async def test_vector_env_next_step_autoreset(env_server: ServerFactory) -> None:
+async def test_vector_env_next_step_autoreset(
+    env_server: ServerFactory, backend: BackendName
+) -> None:
     n = 4
     seeds = [10, 11, 12, 13]
     with trio.fail_after(180):
-        async with env_server("vector4") as address, open_env_client(address) as client:
+        async with (
+            env_server("vector4") as address,
+            open_env_client(address, backend=backend) as client,
+        ):
             assert client.num_envs == n
             assert client.contract.autoreset_mode == core_v1.AutoresetMode.NEXT_STEP
             assert not client.subset_step
@@ -194,10 +209,15 @@ async def test_vector_env_next_step_autoreset(env_server: ServerFactory) -> None
             assert len(completed_direct) >= 4
 
 
-async def test_lane_list_server_steps_lanes_concurrently(env_server: ServerFactory) -> None:
+async def test_lane_list_server_steps_lanes_concurrently(
+    env_server: ServerFactory, backend: BackendName
+) -> None:
     n = 4
     with trio.fail_after(180):
-        async with env_server("lanes4") as address, open_env_client(address) as client:
+        async with (
+            env_server("lanes4") as address,
+            open_env_client(address, backend=backend) as client,
+        ):
             assert client.num_envs == n
             assert client.subset_step
             assert client.capabilities.get(CAP_SUBSET_STEP) == "true"
@@ -249,12 +269,15 @@ async def test_lane_list_server_steps_lanes_concurrently(env_server: ServerFacto
 
 
 async def test_measure_steps_per_second_beside_rlmesh_remote_env(
-    env_server: ServerFactory,
+    env_server: ServerFactory, backend: BackendName
 ) -> None:
     """Not an assertion: prints our client's and rlmesh's own client's CartPole steps/s."""
     steps = 2000
     with trio.fail_after(300):
-        async with env_server("cartpole") as address, open_env_client(address) as client:
+        async with (
+            env_server("cartpole") as address,
+            open_env_client(address, backend=backend) as client,
+        ):
             _, act_space = contract_spaces(client)
             leaves = [spaces.encode_lanes(act_space, [a]) for a in (0, 1)]
             await client.reset(env_v1.ResetRequest(seeds=[0]))
@@ -287,6 +310,30 @@ async def test_measure_steps_per_second_beside_rlmesh_remote_env(
             theirs = await trio.to_thread.run_sync(reference)
     print(
         f"\nCartPole, {steps} steps against rlmesh.EnvServer 0.1.0: "
-        f"trio-rlmesh EnvClient {ours:.0f} steps/s, rlmesh.RemoteEnv {theirs:.0f} steps/s "
+        f"trio-rlmesh EnvClient ({backend} backend) {ours:.0f} steps/s, "
+        f"rlmesh.RemoteEnv {theirs:.0f} steps/s "
         f"(ratio {ours / theirs:.2f})"
     )
+
+
+async def test_an_env_that_raises_is_the_remote_env_error(
+    env_server: ServerFactory, backend: BackendName
+) -> None:
+    """Issue 9 §4: rlmesh answers an in-band EnvError and ends the Join stream; the caller
+    gets the EnvError with rlmesh's code and message, every time."""
+    with trio.fail_after(120):
+        async with env_server("raises") as address:
+            for _ in range(5):
+                async with open_env_client(address, backend=backend) as client:
+                    _, act_space = contract_spaces(client)
+                    action = env_v1.StepRequest(action=value(spaces.encode_lanes(act_space, [1])))
+                    await client.reset()
+                    await client.step(action)
+                    with pytest.raises(RemoteEnvError) as info:
+                        await client.step(action)
+                    assert info.value.code == "INTERNAL"
+                    assert not info.value.recoverable
+                    assert "INTERNAL: step failed: ValueError: the env broke" in str(info.value)
+                    # rlmesh closed the Join stream after the non-recoverable error.
+                    with pytest.raises(TransportError, match="the server ended the Join stream"):
+                        await client.step(action)

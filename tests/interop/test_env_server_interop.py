@@ -1,15 +1,17 @@
-"""RLMesh 0.1.0's own clients and runtime against our ``serve_env``, compared with the same env
-served by ``rlmesh.EnvServer``.
+"""RLMesh 0.1.0's own clients and runtime against our ``serve_env`` (on each backend),
+compared with the same env served by ``rlmesh.EnvServer``.
 
 Our server runs in a subprocess (``serve_ours.py``); rlmesh's blocking clients run in worker
-threads of the test process. Each comparison drives both servers with the same seeds and
-actions and expects identical trajectories.
+threads of the test process (or, to read what they log, in a subprocess). Each comparison
+drives both servers with the same seeds and actions and expects identical trajectories.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -19,7 +21,9 @@ import numpy as np
 import pytest
 import trio
 
-from tests.transports.grpc.env_server_support import raw_client
+from tests.transports.grpc.servers import env_handshake
+from tests.transports.grpc.wire import open_raw_client
+from trio_rlmesh.transports.grpc import BackendName
 
 from .conftest import rlmesh_env_server, script_server
 
@@ -33,18 +37,19 @@ SRC = HERE.parents[1] / "src"
 
 
 @contextlib.asynccontextmanager
-async def our_env_server(kind: str) -> AsyncIterator[str]:
+async def our_env_server(kind: str, backend: BackendName = "trio") -> AsyncIterator[str]:
     """Serve env ``kind`` (see ``envs.build``) with ``serve_env`` in a subprocess."""
     paths = [str(SRC), os.environ.get("PYTHONPATH", "")]
     pythonpath = os.pathsep.join(p for p in paths if p)
-    async with script_server(SERVE_OURS, kind, {"PYTHONPATH": pythonpath}) as address:
+    async with script_server(
+        SERVE_OURS, kind, {"PYTHONPATH": pythonpath}, args=[backend]
+    ) as address:
         yield address
 
 
-SERVERS: dict[str, Callable[[str], contextlib.AbstractAsyncContextManager[str]]] = {
-    "ours": our_env_server,
-    "rlmesh": rlmesh_env_server,
-}
+def servers(backend: BackendName) -> dict[str, Callable[[str], Any]]:
+    """Ours on ``backend``, and rlmesh's."""
+    return {"ours": lambda kind: our_env_server(kind, backend), "rlmesh": rlmesh_env_server}
 
 
 def _plain(value: Any) -> Any:
@@ -118,9 +123,9 @@ def _rollout_vector(address: str, seed: int, steps: int) -> list[Any]:
 
 
 @pytest.mark.parametrize("kind", ["cartpole", "pendulum", "nested", "oldgym"])
-async def test_remote_env_same_trajectory(kind: str) -> None:
+async def test_remote_env_same_trajectory(kind: str, backend: BackendName) -> None:
     results = {}
-    for name, server in SERVERS.items():
+    for name, server in servers(backend).items():
         with trio.fail_after(120):
             async with server(kind) as address:
                 results[name] = await trio.to_thread.run_sync(_rollout_single, address, 7, 60)
@@ -128,9 +133,9 @@ async def test_remote_env_same_trajectory(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["vector4", "oldgym_vector3"])
-async def test_remote_vector_env_next_step_same_trajectory(kind: str) -> None:
+async def test_remote_vector_env_next_step_same_trajectory(kind: str, backend: BackendName) -> None:
     results = {}
-    for name, server in SERVERS.items():
+    for name, server in servers(backend).items():
         with trio.fail_after(120):
             async with server(kind) as address:
                 results[name] = await trio.to_thread.run_sync(_rollout_vector, address, 3, 80)
@@ -140,13 +145,13 @@ async def test_remote_vector_env_next_step_same_trajectory(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["cartpole", "pendulum", "nested", "vector4", "lanes4"])
-async def test_env_contract_matches_rlmesh(kind: str) -> None:
+async def test_env_contract_matches_rlmesh(kind: str, backend: BackendName) -> None:
     contracts = {}
     capabilities = {}
-    for name, server in SERVERS.items():
+    for name, server in servers(backend).items():
         with trio.fail_after(120):
-            async with server(kind) as address, raw_client(address) as client:
-                response = await client.handshake()
+            async with server(kind) as address, open_raw_client(address) as raw:
+                response = await env_handshake(raw)
                 assert response.base is not None
                 contracts[name] = response.env_contract
                 capabilities[name] = response.base.capabilities
@@ -169,17 +174,80 @@ def _run(address: str, seeds: list[int]) -> tuple[list[tuple[Any, ...]], float]:
     return episodes, result.total_steps / elapsed
 
 
-async def test_rlmesh_run_same_trajectories_and_speed() -> None:
+async def test_rlmesh_run_same_trajectories_and_speed(backend: BackendName) -> None:
     seeds = list(range(8))
     episodes = {}
     speed = {}
-    for name, server in SERVERS.items():
+    for name, server in servers(backend).items():
         with trio.fail_after(300):
             async with server("cartpole") as address:
                 await trio.to_thread.run_sync(_run, address, [100])  # warm-up
                 episodes[name], speed[name] = await trio.to_thread.run_sync(_run, address, seeds)
     assert episodes["ours"] == episodes["rlmesh"]
     print(
-        f"\nrlmesh.run CartPole steps/s: trio-rlmesh serve_env {speed['ours']:.0f}, "
+        f"\nrlmesh.run CartPole steps/s: trio-rlmesh serve_env ({backend}) {speed['ours']:.0f}, "
         f"rlmesh.EnvServer {speed['rlmesh']:.0f}"
     )
+
+
+_RLMESH_CLIENT = """
+import sys, warnings
+warnings.simplefilter("ignore")
+import numpy as np
+import rlmesh
+
+env = rlmesh.RemoteEnv(sys.argv[1])
+env.reset(seed=0)
+print("READY", flush=True)
+try:
+    for i in range(10**6):
+        _, _, terminated, truncated, _ = env.step(np.int64(i % 2))
+        if terminated or truncated:
+            env.reset(seed=i)
+except Exception as exc:
+    print("CLIENT", type(exc).__name__, exc, flush=True)
+try:
+    env.close()
+except Exception as exc:
+    print("CLOSE", type(exc).__name__, exc, flush=True)
+"""
+
+
+@pytest.mark.parametrize("attempt", range(3))
+async def test_rlmesh_client_sees_a_status_when_our_server_stops_mid_run(
+    backend: BackendName, attempt: int
+) -> None:
+    """Issue 9 §4: our server ends every open Join with UNAVAILABLE before closing the
+    connection; an RLMesh client stepping at that moment must not log an h2 protocol
+    error (RLMesh's client logs to its process's stderr, so it runs in a subprocess)."""
+    with trio.fail_after(120):
+        async with our_env_server("cartpole", backend) as address:
+            client = await trio.lowlevel.open_process(
+                [sys.executable, "-c", _RLMESH_CLIENT, address],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            assert client.stdout is not None
+            ready = b""
+            while not ready.endswith(b"\n"):
+                ready += await client.stdout.receive_some(1)
+            assert ready == b"READY\n"  # from here on it steps without pause
+        # The server has stopped (the block above terminated it) while the client stepped.
+        assert client.stderr is not None
+        async with trio.open_nursery() as nursery:
+
+            async def drain(stream: Any, into: list[bytes]) -> None:
+                while chunk := await stream.receive_some():
+                    into.append(chunk)
+
+            out: list[bytes] = []
+            err: list[bytes] = []
+            nursery.start_soon(drain, client.stdout, out)
+            nursery.start_soon(drain, client.stderr, err)
+            await client.wait()
+        stdout, stderr = b"".join(out), b"".join(err)
+    text = stderr.decode(errors="replace")
+    assert "h2 protocol error" not in text, text
+    assert "Unavailable" in text, text
+    assert "shutting down" in text, text
+    assert stdout.startswith(b"CLIENT ConnectionError"), stdout

@@ -1,4 +1,4 @@
-"""trio-rlmesh's model server and client against the real rlmesh 0.1.0.
+"""trio-rlmesh's model server and client, on each backend, against the real rlmesh 0.1.0.
 
 * ``rlmesh.run(rlmesh.RemoteModel(<our served model>), env)`` gives the same episodes as
   ``rlmesh.run`` with the same policy in-process (plain and chunked, horizons 1 and 4);
@@ -23,12 +23,17 @@ import pytest
 import trio
 
 from trio_rlmesh import RunLocalOptions, TransportError, run_remote
+from trio_rlmesh.model._wire import route_request
 from trio_rlmesh.protocol import core_v1, meta_to_python, model_v1, spaces_v1
 from trio_rlmesh.protocol._spacespec import space_to_spec
 from trio_rlmesh.spaces import decode_batch, encode_lanes, from_gymnasium
-from trio_rlmesh.transports.grpc import open_env_client
-from trio_rlmesh.transports.grpc._model_client import ModelClientRuntimeModel, open_model_client
-from trio_rlmesh.transports.grpc._model_server import serve_model
+from trio_rlmesh.transports.grpc import (
+    BackendName,
+    ModelClientRuntimeModel,
+    open_env_client,
+    open_model_client,
+    serve_model,
+)
 
 from . import models
 
@@ -47,7 +52,7 @@ def _episodes(result: Any) -> list[tuple[int | None, int, float, bool, bool]]:
 @pytest.mark.parametrize("horizon", [1, 4])
 @pytest.mark.filterwarnings("ignore:execution_horizon=4 was requested:UserWarning")
 async def test_rlmesh_remote_model_on_our_server_matches_in_process(
-    env_server: ServerFactory, kind: str, horizon: int
+    env_server: ServerFactory, kind: str, horizon: int, backend: BackendName
 ) -> None:
     rlmesh = pytest.importorskip("rlmesh")
     ours = models.OursPlain() if kind == "plain" else models.OursChunk()
@@ -55,7 +60,7 @@ async def test_rlmesh_remote_model_on_our_server_matches_in_process(
     with trio.fail_after(120):
         async with env_server("cartpole") as env_address, trio.open_nursery() as nursery:
             address = await nursery.start(
-                lambda task_status: serve_model(ours, task_status=task_status)
+                lambda task_status: serve_model(ours, backend=backend, task_status=task_status)
             )
 
             def remote_run() -> Any:
@@ -150,7 +155,7 @@ async def rlmesh_model_server(target: str) -> AsyncIterator[str]:
 
 @pytest.mark.parametrize(("target", "horizon"), [("RlmeshPlain", 1), ("RlmeshChunk", 4)])
 async def test_our_client_on_rlmesh_served_model_matches_direct_calls(
-    target: str, horizon: int
+    target: str, horizon: int, backend: BackendName
 ) -> None:
     env = gym.make("CartPole-v1")
     obs_space = from_gymnasium(env.observation_space)
@@ -166,14 +171,14 @@ async def test_our_client_on_rlmesh_served_model_matches_direct_calls(
     with trio.fail_after(120):
         async with (
             rlmesh_model_server(f"tests.interop.models:{target}") as address,
-            open_model_client(address) as client,
+            open_model_client(address, backend=backend) as client,
         ):
             remote = ModelClientRuntimeModel(client)
             env_id = "01a22c08-0000-7000-8000-000000000001"
-            needs = await remote.resolve(
-                env_id, spec, session_id="interop", execution_horizon=horizon
+            answer = await remote.resolve(
+                route_request(env_id, spec, session_id="interop", execution_horizon=horizon)
             )
-            assert needs.history is None
+            assert answer.history is None
             for index, observation in enumerate(observations):
                 request = model_v1.PredictRequest(
                     context=model_v1.AdapterContext(

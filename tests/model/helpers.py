@@ -65,3 +65,25 @@ def predict_request(
             model_v1.EpisodeInfo(episode_id=i, seed=s) for i, s in zip(ids, seeds, strict=True)
         ],
     )
+
+
+def route_spec(route: RouteContract) -> Any:
+    """The wire ``EnvSpec`` of ``route`` (what a runtime sends in ResolveAdapter)."""
+    from trio_rlmesh.protocol import core_v1, space_to_spec
+
+    return core_v1.EnvSpec(
+        id=route.env_name,
+        observation_space=space_to_spec(route.observation_space),
+        action_space=space_to_spec(route.action_space),
+    )
+
+
+def resolve_request(
+    route: RouteContract, env_id: str, *, horizon: int = 1, delivers_history: bool = True
+) -> Any:
+    """The ResolveAdapter request for ``route`` under ``env_id``."""
+    from trio_rlmesh.model._wire import route_request
+
+    return route_request(
+        env_id, route_spec(route), execution_horizon=horizon, delivers_history=delivers_history
+    )

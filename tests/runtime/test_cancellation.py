@@ -9,8 +9,11 @@ import trio
 from trio.testing import MockClock
 
 from trio_rlmesh import OperationTimeout
-from trio_rlmesh.runtime import RuntimeReport
+from trio_rlmesh.protocol import env_v1
+from trio_rlmesh.runtime import EnvResetResult, EnvStepResult, RuntimeReport
+from trio_rlmesh.runtime._interfaces import ENDPOINT_GRACE
 from trio_rlmesh.testing import FakeEnv, FakeModel, Fault
+from trio_rlmesh.transports.grpc._env_client import LOCAL_TIMEOUT_GRACE
 
 from ._support import Recorder, driver
 
@@ -193,3 +196,104 @@ async def test_no_deadline_means_none(autojump_clock: MockClock) -> None:
     ).run()
     assert report.status == "completed"
     assert trio.current_time() == 10_000.0
+
+
+class SelfTimedEnv(FakeEnv):
+    """Enforces each request's ``timeout_ms`` itself, like a served env behind a gRPC client.
+
+    Every answer, a result or the env's own TIMEOUT error for a call that outlived its
+    ``timeout_ms``, arrives ``latency`` seconds after the env sent it (its trip back).
+    With ``answers=False`` a call that outlives its deadline is never answered at all.
+    """
+
+    enforces_deadlines = True
+
+    def __init__(self, *, latency: float = 0.125, answers: bool = True, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.latency = latency
+        self.answers = answers
+        self.raised: list[OperationTimeout] = []
+
+    async def _timed(self, op: str, timeout_ms: int, call: Any) -> Any:
+        with trio.move_on_after(timeout_ms / 1000) as scope:
+            result = await call
+        if not scope.cancelled_caught:
+            await trio.sleep(self.latency)
+            return result
+        if not self.answers:
+            await trio.sleep_forever()
+        await trio.sleep(self.latency)
+        error = OperationTimeout(
+            f"{op} failed on the env server: TIMEOUT: timed out after {timeout_ms}ms",
+            code="TIMEOUT",
+            timeout=timeout_ms / 1000,
+        )
+        self.raised.append(error)
+        raise error
+
+    async def reset(self, request: env_v1.ResetRequest) -> EnvResetResult:
+        result: EnvResetResult = await self._timed(
+            "env.reset", request.timeout_ms, super().reset(request)
+        )
+        return result
+
+    async def step(self, request: env_v1.StepRequest) -> EnvStepResult:
+        result: EnvStepResult = await self._timed(
+            "env.step", request.timeout_ms, super().step(request)
+        )
+        return result
+
+
+@pytest.mark.parametrize(
+    ("op", "limit", "bound", "answered_at"),
+    [
+        ("env.reset", "env_reset_timeout", 2.0, 2.125),
+        # The reset's answer took 0.125 s to come back before the step was sent.
+        ("env.step", "env_step_timeout", 0.25, 0.5),
+    ],
+)
+async def test_an_env_that_enforces_deadlines_answers_its_own_timeout(
+    op: str, limit: str, bound: float, answered_at: float, autojump_clock: MockClock
+) -> None:
+    env = SelfTimedEnv(faults=[Fault(op, kind="hang")])
+    with pytest.raises(OperationTimeout) as info:
+        await driver(env, FakeModel(), limits={limit: bound}).run()
+    # The env's own answer, code and all, not the driver's scope firing at the bound.
+    (raised,) = env.raised
+    assert info.value is raised
+    assert info.value.code == "TIMEOUT"
+    assert trio.current_time() == answered_at
+    assert (info.value.operation, info.value.lane) == (op, 0)
+    assert info.value.step == (1 if op == "env.step" else 0)
+    assert info.value.report is not None
+    assert info.value.report.status == "failed"
+
+
+async def test_an_answer_sent_in_time_is_not_refused_for_its_trip_back(
+    autojump_clock: MockClock,
+) -> None:
+    # Each step takes the env 0.2 s (inside its 0.25 s limit) and its answer 0.125 s more.
+    env = SelfTimedEnv(episode_length=2, delays={"env.step": 0.2})
+    report = await driver(env, FakeModel(), limits={"env_step_timeout": 0.25}).run()
+    assert report.status == "completed"
+    assert trio.current_time() == 0.125 + 2 * 0.325
+
+
+async def test_a_silent_env_that_enforces_deadlines_is_cut_off_after_the_grace(
+    autojump_clock: MockClock,
+) -> None:
+    env = SelfTimedEnv(answers=False, latency=0.0, faults=[Fault("env.step", kind="hang")])
+    with pytest.raises(OperationTimeout) as info:
+        await driver(env, FakeModel(), limits={"env_step_timeout": 0.25}).run()
+    assert trio.current_time() == 0.25 + ENDPOINT_GRACE
+    error = info.value
+    assert env.raised == []
+    assert (error.operation, error.step, error.timeout, error.code) == ("env.step", 1, 0.25, None)
+    assert "env.step timed out after 250ms (nor within its own deadline's 2s grace)" in str(error)
+    assert "RuntimeLimits.env_step_timeout" in str(error)
+
+
+def test_the_grace_outlasts_the_grpc_env_clients_own_fallback_timer() -> None:
+    # The client raises its own OperationTimeout LOCAL_TIMEOUT_GRACE after timeout_ms when
+    # the server never answers; the driver's outer bound must come later still.
+    assert LOCAL_TIMEOUT_GRACE < ENDPOINT_GRACE

@@ -5,8 +5,9 @@ from typing import Any
 
 import pytest
 
+from trio_rlmesh.protocol import env_v1, python_to_meta
 from trio_rlmesh.runtime import EpisodeBook, LaneState, LaneStateError
-from trio_rlmesh.runtime._episodes import _TRANSITIONS, LaneEvent
+from trio_rlmesh.runtime._episodes import _TRANSITIONS, EpisodeEnd, LaneEvent
 
 
 def book(num_envs: int = 1, **kwargs: Any) -> EpisodeBook:
@@ -14,6 +15,18 @@ def book(num_envs: int = 1, **kwargs: Any) -> EpisodeBook:
     kwargs.setdefault("owns_resets", True)
     return EpisodeBook(
         num_envs=num_envs, session_id="s", mint=lambda: f"id-{next(counter)}", **kwargs
+    )
+
+
+def meta(
+    lane: int, episode_id: str = "", *, truncated: bool = False, **info: Any
+) -> env_v1.EpisodeMetadata:
+    return env_v1.EpisodeMetadata(
+        env_index=lane,
+        episode_id=episode_id,
+        terminated=not truncated,
+        truncated=truncated,
+        final_info=python_to_meta(info) if info else None,
     )
 
 
@@ -149,7 +162,12 @@ def test_stale_completions_are_detected() -> None:
     assert not b.is_current(0, "id-2", [0, 1])
     assert not b.is_current(7, "id-1", [0, 1])
     assert not b.is_current(1, "id-2", [0])
+    # A query: asking changes nothing; the book counts what it drops in apply_completions.
+    assert b.stale_completions == 0
+    stale = [meta(0, "id-2"), meta(7, "id-1"), meta(1, "id-2")]
+    assert b.apply_completions([0], stale, now=1.0) == []
     assert b.stale_completions == 3
+    assert b.state(0) is b.state(1) is LaneState.ACTIVE
 
 
 def test_quota_is_exact() -> None:
@@ -190,3 +208,93 @@ def test_retire_only_from_idle_or_rolling() -> None:
     b.end_episode(0, terminated=True, truncated=False, final_info=None, now=1)
     b.retire(0)
     assert b.state(0) is LaneState.RETIRED
+
+
+def ends(result: list[EpisodeEnd]) -> list[tuple[int, str, bool | None]]:
+    """(lane, ended id, terminated; None when not counted) per ended episode."""
+    return [
+        (e.lane, e.episode_id, e.completion.record.terminated if e.completion else None)
+        for e in result
+    ]
+
+
+# Two live lanes (ids id-1, id-2) of one lockstep group; a step answer reports `completed`.
+COMPLETIONS: list[tuple[str, list[env_v1.EpisodeMetadata], list[Any], int]] = [
+    ("none", [], [], 0),
+    ("by id", [meta(1, "id-2")], [(1, "id-2", True)], 0),
+    ("empty id means the live one", [meta(0)], [(0, "id-1", True)], 0),
+    ("in answer order", [meta(1), meta(0)], [(1, "id-2", True), (0, "id-1", True)], 0),
+    ("an id the lane does not hold", [meta(0, "id-9")], [], 1),
+    ("a lane outside the group", [meta(5, "id-1")], [], 1),
+    ("a second report for one lane", [meta(0), meta(0, "id-1")], [(0, "id-1", True)], 1),
+    ("truncated", [meta(0, truncated=True)], [(0, "id-1", False)], 0),
+]
+
+
+@pytest.mark.parametrize(
+    ("completed", "expected", "stale"),
+    [c[1:] for c in COMPLETIONS],
+    ids=[c[0] for c in COMPLETIONS],
+)
+def test_apply_completions_accepts_only_live_episodes(
+    completed: list[env_v1.EpisodeMetadata], expected: list[Any], stale: int
+) -> None:
+    b = book(2, owns_resets=False)
+    b.begin_reset([0, 1])
+    b.reset_done([0, 1], 0.0)
+    assert ends(b.apply_completions([0, 1], completed, now=1.0)) == expected
+    assert b.stale_completions == stale
+    ended = {lane for lane, _, _ in expected}
+    for lane in (0, 1):
+        assert b.state(lane) is (LaneState.ROLLING if lane in ended else LaneState.ACTIVE)
+
+
+def test_apply_completions_reads_final_info_then_caps_in_group_order() -> None:
+    b = book(3, owns_resets=True, lockstep=False, step_cap=1)
+    for lane in (0, 1, 2):
+        b.begin_reset([lane])
+        b.reset_done([lane], 0.0)
+        b.record_step([lane], [1.0], 1.0)
+    result = b.apply_completions([2, 1, 0], [meta(1, is_success=True)], now=1.0)
+    assert ends(result) == [(1, "id-2", True), (2, "id-3", False), (0, "id-1", False)]
+    first = result[0].completion
+    assert first is not None
+    assert (first.final_info, first.record.success) == ({"is_success": True}, True)
+    assert [e.completion.final_info for e in result[1:] if e.completion] == [None, None]
+    assert all(b.state(lane) is LaneState.IDLE for lane in (0, 1, 2))
+
+
+def test_apply_completions_over_quota_ends_without_counting() -> None:
+    b = book(2, owns_resets=False, max_episodes=1)
+    b.begin_reset([0, 1])
+    b.reset_done([0, 1], 0.0)
+    assert ends(b.apply_completions([0, 1], [meta(0), meta(1)], now=1.0)) == [
+        (0, "id-1", True),
+        (1, "id-2", None),
+    ]
+    assert (len(b.completed), b.over_quota, b.stale_completions) == (1, 1, 0)
+
+
+# (lockstep, num_envs, group lanes, rewards, answer's env_indices) -> the group's rewards
+REWARDS: list[tuple[bool, int, list[int], list[float], list[int], list[float]]] = [
+    (True, 3, [0, 1, 2], [1.0, 2.0, 3.0], [], [1.0, 2.0, 3.0]),  # a lockstep answer as is
+    (False, 3, [1], [1.0, 2.0, 3.0], [0, 1, 2], [2.0]),  # aligned with the lanes it names
+    (False, 3, [1], [5.0], [1], [5.0]),
+    (False, 3, [2], [5.0], [1], []),  # an answer for another lane: nothing for this one
+    (False, 3, [2], [1.0, 2.0, 3.0], [], [3.0]),  # full width, no indices: by lane
+    (False, 3, [2], [4.0], [], [4.0]),  # anything else is the lane's own
+    (False, 1, [0], [4.0, 9.0], [], [4.0]),
+]
+
+
+@pytest.mark.parametrize(("lockstep", "num_envs", "lanes", "rewards", "indices", "out"), REWARDS)
+def test_step_rewards_slices_the_answer_for_the_group(
+    lockstep: bool,
+    num_envs: int,
+    lanes: list[int],
+    rewards: list[float],
+    indices: list[int],
+    out: list[float],
+) -> None:
+    b = book(num_envs, lockstep=lockstep)
+    assert list(b.step_rewards(lanes, rewards, indices)) == out

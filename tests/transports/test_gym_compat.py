@@ -116,7 +116,8 @@ def _leaves(env: GymEnvRuntimeEnv, actions: list[int]) -> spaces_v1.SpaceValue:
 async def test_in_process_old_scalar_env_reports_terminated_and_truncated() -> None:
     env = GymEnvRuntimeEnv(OldGymEnv())
     reset = await env.reset(env_v1.ResetRequest(seeds=[2], episode_ids=["ep"]))
-    assert reset.response.infos is None  # the bare observation came with no info
+    assert reset.response.infos is not None
+    assert not reset.response.infos.entries  # the bare observation came with no info
     masks = []
     completed = []
     for _ in range(5):  # seed 2: 5 steps, ended by the time limit

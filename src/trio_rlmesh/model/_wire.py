@@ -5,19 +5,140 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from .._errors import Error, ModelError
-from ..protocol import model_v1, spaces_v1
+from ..protocol import SUPPORTED_WORKFLOW_EDITIONS, WORKFLOW_EDITION, model_v1, spaces_v1
 from ..spaces import _codec
 from ..spaces._spaces import Space
-from ._handler import EpisodeRef, HistoryRow, ModelObservation, PredictFrames, RouteContract
+from ._handler import (
+    EpisodeRef,
+    HistoryRow,
+    ModelHandler,
+    ModelObservation,
+    PredictFrames,
+    ResolveOptions,
+    RouteContract,
+)
 from ._tree import find_nan
 
 __all__ = [
+    "ResolvedRoute",
     "encode_frames",
     "model_error_to_wire",
     "observation_from_request",
+    "resolve_route",
+    "route_request",
     "wire_error_to_model",
 ]
+
+
+def _refused(message: str) -> ModelError:
+    return ModelError(
+        message, recoverable=False, operation="model.resolve_adapter", code="INVALID_REQUEST"
+    )
+
+
+@attrs.frozen
+class ResolvedRoute:
+    """A route a handler accepted: the answer to send, and what predicts will need."""
+
+    response: model_v1.ResolveAdapterResponse
+    contract: RouteContract
+    history: bool
+    """Whether predicts on this route carry observation-history rows."""
+
+
+def route_request(
+    env_id: str,
+    env_spec: Any,
+    *,
+    session_id: str = "",
+    workflow_edition: str = WORKFLOW_EDITION,
+    execution_horizon: int = 1,
+    delivers_history: bool = True,
+) -> model_v1.ResolveAdapterRequest:
+    """The ResolveAdapter request a runtime sends before driving ``env_id`` (request id
+    ``<env_id>:resolve_adapter``, as the reference's runtime names it)."""
+    return model_v1.ResolveAdapterRequest(
+        context=model_v1.AdapterContext(
+            session_id=session_id, env_id=env_id, request_id=f"{env_id}:resolve_adapter"
+        ),
+        env_spec=env_spec,
+        selected_workflow_edition=workflow_edition,
+        execution_horizon=max(1, execution_horizon),
+        delivers_history=delivers_history,
+    )
+
+
+async def resolve_route(
+    handler: ModelHandler, request: model_v1.ResolveAdapterRequest, *, model: str
+) -> ResolvedRoute:
+    """Resolve one route on ``handler``: the one rule for a served and an in-process model.
+
+    Validates the request as the reference's model server does (context, env id, env spec,
+    the pinned workflow edition), builds the :class:`RouteContract`, asks the handler's
+    route setup (if any) with the execution horizon and the offer of history, and refuses a
+    model that needs history the runtime does not deliver.
+
+    Raises:
+        ModelError: the request is malformed (``INVALID_REQUEST``) or the model refused the
+            route (its own error, ``recoverable`` kept), each naming the model and env.
+    """
+    context = request.context
+    if context is None:
+        raise _refused("resolve_adapter missing context")
+    env_id = context.env_id
+    if not env_id:
+        raise _refused("resolve_adapter missing env_id")
+    if request.env_spec is None:
+        raise _refused("resolve_adapter missing env_spec")
+    pin = request.selected_workflow_edition.strip()
+    if pin and pin not in SUPPORTED_WORKFLOW_EDITIONS:
+        raise _refused(
+            f"selected workflow edition {pin} is not supported: this model endpoint does "
+            f"not implement it (supported: {', '.join(SUPPORTED_WORKFLOW_EDITIONS)})"
+        )
+    if not pin and len(SUPPORTED_WORKFLOW_EDITIONS) != 1:
+        raise _refused("resolve_adapter must pin a workflow edition")
+    try:
+        contract = RouteContract.from_env_spec(request.env_spec)
+    except Error as exc:
+        raise _refused(f"invalid env spec: {exc}") from exc
+    horizon = max(1, request.execution_horizon)
+    setup = handler.route_setup()
+    needs = None
+    if setup is not None:
+        try:
+            needs = await setup.resolve_adapter(
+                env_id, contract, ResolveOptions(horizon, request.delivers_history)
+            )
+        except Exception as exc:
+            recoverable = exc.recoverable if isinstance(exc, Error) else False
+            detail = exc.message if isinstance(exc, Error) else f"{type(exc).__name__}: {exc}"
+            error = ModelError(
+                f"model {model!r} refused the route for env {env_id!r}: {detail}",
+                recoverable=recoverable,
+                operation="model.resolve_adapter",
+                code=exc.code if isinstance(exc, Error) and exc.code else "INTERNAL",
+            )
+            raise error from exc
+    history = needs is not None and needs.history is not None
+    if history and not request.delivers_history:
+        raise ModelError(
+            f"model {model!r} needs observation history, but the runtime did not offer it "
+            f"(delivers_history) at execution_horizon={horizon}",
+            operation="model.resolve_adapter",
+            code="INTERNAL",
+        )
+    response = model_v1.ResolveAdapterResponse()
+    if needs is not None and needs.native_chunk is not None:
+        response.native_chunk = needs.native_chunk
+    if history:
+        assert needs is not None
+        assert needs.history is not None
+        response.history = model_v1.ObservationHistoryNeeds(keys=list(needs.history))
+    return ResolvedRoute(response, contract, history)
 
 
 def _invalid(message: str, *, env_id: str | None = None) -> ModelError:

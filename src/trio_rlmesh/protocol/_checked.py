@@ -20,6 +20,8 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
+from ._wire import read_varint, skip_field
+
 __all__ = ["check_wire", "decode_checked"]
 
 _M = TypeVar("_M")
@@ -52,46 +54,17 @@ class _Plan:
         return bool(self.oneofs or self.fields)
 
 
-def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    for stop in range(pos, min(pos + 10, end)):
-        byte = data[stop]
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, stop + 1
-        shift += 7
-    raise ValueError("truncated or overlong varint")
-
-
-def _skip(data: bytes, pos: int, end: int, wire_type: int, number: int) -> tuple[int, int]:
-    """The span of one field's payload; returns (start, next position)."""
-    if wire_type == 0:
-        _, after = _varint(data, pos, end)
-        return pos, after
-    if wire_type == 2:
-        length, start = _varint(data, pos, end)
-        if start + length > end:
-            raise ValueError(f"field {number} runs past the end of its message")
-        return start, start + length
-    if wire_type in (1, 5):
-        after = pos + (8 if wire_type == 1 else 4)
-        if after > end:
-            raise ValueError(f"fixed-width field {number} runs past the end of its message")
-        return pos, after
-    raise ValueError(f"field {number} uses unsupported wire type {wire_type}")
-
-
 def _walk(data: bytes, message_type: Any, pos: int, end: int) -> _Plan:
     meta = message_type._betterproto
     names = meta.field_name_by_number
     fields = meta.meta_by_field_name
     plan = _Plan()
     while pos < end:
-        key, pos = _varint(data, pos, end)
+        key, pos = read_varint(data, pos, end)
         number, wire_type = key >> 3, key & 7
         if number == 0:
             raise ValueError("field number 0")
-        start, pos = _skip(data, pos, end, wire_type, number)
+        start, pos = skip_field(data, pos, end, key)
         name = names.get(number)
         if name is None:
             continue  # unknown field: skipped, whatever its wire type
@@ -140,9 +113,9 @@ def _walk_map_entry(
     plan: _Plan | None = None
     child: _Plan
     while pos < end:
-        tag, pos = _varint(data, pos, end)
+        tag, pos = read_varint(data, pos, end)
         number, wire_type = tag >> 3, tag & 7
-        start, pos = _skip(data, pos, end, wire_type, number)
+        start, pos = skip_field(data, pos, end, tag)
         entry = {1: key_meta, 2: value_meta}.get(number)
         if entry is None:
             continue
@@ -160,7 +133,7 @@ def _walk_map_entry(
             if number == 1:
                 key = text
         elif number == 1:
-            key = bytes(data[start:pos]) if wire_type == 2 else _varint(data, start, pos)[0]
+            key = bytes(data[start:pos]) if wire_type == 2 else read_varint(data, start, pos)[0]
         elif entry.proto_type == "message" and value_type is not None:
             child = _walk(data, value_type, start, pos)
             plan = child or None

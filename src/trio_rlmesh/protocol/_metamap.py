@@ -16,7 +16,8 @@ code itself is never edited):
   out, so a decoded message re-encodes to the very bytes RLMesh sent. ``None`` as an
   entry's value is accepted and written as a null.
 
-``_fastwire`` follows the same rules; ``tests/protocol`` pins both against capture H.
+The fast codec (``_fastwire``, generated) follows the same rules; ``tests/protocol`` pins
+both against capture H.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import IO, Any
 import betterproto2
 
 from ._generated.rlmesh.spaces import v1 as spaces_v1
+from ._wire import encode_varint
 
 __all__ = ["encode_meta_map", "install"]
 
@@ -39,7 +41,7 @@ def encode_meta_map(meta: spaces_v1.MetaMap) -> bytes:
         entry = bytearray()
         if key:
             raw = key.encode("utf-8")
-            entry += b"\x0a" + betterproto2.encode_varint(len(raw)) + raw
+            entry += b"\x0a" + encode_varint(len(raw)) + raw
         if value is not None:
             if not isinstance(value, betterproto2.Message):
                 raise TypeError(
@@ -47,8 +49,8 @@ def encode_meta_map(meta: spaces_v1.MetaMap) -> bytes:
                 )
             encoded = bytes(value)
             if encoded:
-                entry += b"\x12" + betterproto2.encode_varint(len(encoded)) + encoded
-        out += b"\x0a" + betterproto2.encode_varint(len(entry)) + entry
+                entry += b"\x12" + encode_varint(len(encoded)) + encoded
+        out += b"\x0a" + encode_varint(len(entry)) + entry
     out += meta._unknown_fields
     return bytes(out)
 

@@ -30,23 +30,36 @@ lanes check every lane first, so they too are all-or-nothing.
 
 The book also owns what depends only on bookkeeping: minting episode ids, planning
 seeds (explicit seeds in start order, else derived from the base seed), trial
-indices, runtime truncation caps, stale-completion detection, and the exact
-``max_episodes`` quota. It does no I/O and never reads a clock: callers pass ``now``.
+indices, which rewards of a step answer belong to which lane, runtime truncation caps,
+stale-completion filtering (:meth:`EpisodeBook.apply_completions`), and the exact
+``max_episodes`` quota. Its counters (``stale_completions``, ``over_quota``,
+``discarded_seeds``) change only inside it, and its queries (``is_current``,
+``step_ids``, ``episode_info``, ``capped_lanes``) change nothing. It does no I/O and
+never reads a clock: callers pass ``now``.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from .._errors import ProtocolError
+from ..protocol import env_v1, meta_to_python
 from ._ids import deterministic_reset_seed, mint_uuid7
 from ._report import EpisodeRecord, success_from_final_info
 
-__all__ = ["EpisodeBook", "LaneEvent", "LaneState", "LaneStateError", "PlannedEpisode"]
+__all__ = [
+    "Completion",
+    "EpisodeBook",
+    "EpisodeEnd",
+    "LaneEvent",
+    "LaneState",
+    "LaneStateError",
+    "PlannedEpisode",
+]
 
 
 class LaneState(enum.Enum):
@@ -127,6 +140,15 @@ class Completion:
 
     record: EpisodeRecord
     final_info: dict[str, Any] | None
+
+
+@attrs.frozen
+class EpisodeEnd:
+    """An episode that ended: its lane, its id, and its completion (``None`` over quota)."""
+
+    lane: int
+    episode_id: str
+    completion: Completion | None
 
 
 class EpisodeBook:
@@ -257,10 +279,12 @@ class EpisodeBook:
 
     def step_ids(self, lanes: Sequence[int]) -> list[str]:
         """Ids to push in a StepRequest: a rolling lane already carries its next id."""
-        return [
-            s.next_id if s.state is LaneState.ROLLING else s.episode_id
-            for s in (self.slots[lane] for lane in lanes)
-        ]
+        slots = self.slots
+        out = []
+        for lane in lanes:
+            slot = slots[lane]
+            out.append(slot.next_id if slot.state is LaneState.ROLLING else slot.episode_id)
+        return out
 
     def episode_info(self, lanes: Sequence[int]) -> list[tuple[str, int | None]]:
         """``(episode_id, seed)`` per lane; a rolling lane still names its old episode."""
@@ -274,15 +298,18 @@ class EpisodeBook:
         Rolling lanes roll here (their reward on this step is the autoreset's 0 and is not
         counted). Returns ``(new episode, old episode id)`` for each lane that rolled.
         """
+        slots, active, rolling = self.slots, LaneState.ACTIVE, LaneState.ROLLING
         for lane in lanes:
-            state = self.slots[lane].state if 0 <= lane < len(self.slots) else None
-            event = LaneEvent.ROLLED if state is LaneState.ROLLING else LaneEvent.STEPPED
-            self._check([lane], event)
+            # The only legal pairs here are (ACTIVE, STEPPED) and (ROLLING, ROLLED); anything
+            # else goes through the table check, which raises before anything changed.
+            state = slots[lane].state if 0 <= lane < len(slots) else None
+            if state is not active and state is not rolling:
+                self._check([lane], LaneEvent.STEPPED)
         rolled = []
         for position, lane in enumerate(lanes):
-            slot = self.slots[lane]
+            slot = slots[lane]
             slot.env_steps += 1
-            if slot.state is LaneState.ROLLING:
+            if slot.state is rolling:
                 self._move(slot, LaneEvent.ROLLED)
                 old = slot.episode_id
                 slot.episode_id, slot.next_id = slot.next_id, ""
@@ -290,9 +317,10 @@ class EpisodeBook:
                 slot.predict_ms, slot.predicts, slot.step_ms = 0.0, 0, 0.0
                 rolled.append((self._new_episode(slot, None), old))
                 continue
-            self._move(slot, LaneEvent.STEPPED)
+            # ACTIVE --STEPPED--> ACTIVE: the state stays; no table lookup needed.
             slot.steps += 1
-            slot.reward += float(rewards[position]) if position < len(rewards) else 0.0
+            if position < len(rewards):
+                slot.reward += float(rewards[position])
         return rolled
 
     def note_predict(self, lanes: Sequence[int], ms: float) -> None:
@@ -310,18 +338,71 @@ class EpisodeBook:
     def is_current(self, env_index: int, episode_id: str, lanes: Sequence[int]) -> bool:
         """Whether an env-reported completion names a live episode of one of ``lanes``.
 
-        Anything else (an unknown lane, an id the lane no longer holds, a second report
-        for the same episode) is stale: it is counted in ``stale_completions``.
-        An empty id is taken to mean the lane's current episode.
+        A query: it changes nothing. An empty id means the lane's current episode.
         """
         if env_index in lanes and 0 <= env_index < len(self.slots):
             slot = self.slots[env_index]
-            if slot.state is LaneState.ACTIVE and episode_id in ("", slot.episode_id):
-                return True
-        self.stale_completions += 1
+            return slot.state is LaneState.ACTIVE and episode_id in ("", slot.episode_id)
         return False
 
-    def capped_lanes(self, lanes: Sequence[int], now: float, exclude: set[int]) -> list[int]:
+    def step_rewards(
+        self, lanes: Sequence[int], rewards: Sequence[float], env_indices: Sequence[int]
+    ) -> Sequence[float]:
+        """The rewards of a step answer for ``lanes``, aligned with them (a query).
+
+        A lockstep group's answer covers every lane in order. A lane's answer is aligned
+        with the lanes it names (``env_indices``); without them, a full-width answer is
+        indexed by lane, and anything else is taken as the lane's own.
+        """
+        if self.lockstep:
+            return rewards
+        lane = lanes[0]
+        if env_indices:
+            for position, index in enumerate(env_indices):
+                if index == lane:
+                    return rewards[position : position + 1]
+            return []
+        if len(rewards) == len(self.slots) and len(rewards) > 1:
+            return rewards[lane : lane + 1]
+        return rewards[:1]
+
+    def apply_completions(
+        self,
+        lanes: Sequence[int],
+        completed: Sequence[env_v1.EpisodeMetadata],
+        now: float,
+    ) -> list[EpisodeEnd]:
+        """End the episodes a step ended: env-reported completions, then runtime caps.
+
+        A completion counts only when it names a live episode of ``lanes`` (see
+        :meth:`is_current`); anything else, including a second report for a lane in the
+        same answer, is stale and counted in ``stale_completions``. Lanes that reached
+        the step or time cap are then truncated, in lane order. Returns every episode
+        ended, in that order (see :meth:`end_episode` for the quota).
+        """
+        ended: list[EpisodeEnd] = []
+        for meta in completed:
+            lane = meta.env_index
+            if not self.is_current(lane, meta.episode_id, lanes):
+                # Also a second report for a lane this answer already ended: it is IDLE
+                # or ROLLING now.
+                self.stale_completions += 1
+                continue
+            info = meta_to_python(meta.final_info) if meta.final_info is not None else None
+            episode_id, completion = self.end_episode(
+                lane, terminated=meta.terminated, truncated=meta.truncated, final_info=info, now=now
+            )
+            ended.append(EpisodeEnd(lane, episode_id, completion))
+        for lane in self.capped_lanes(lanes, now):
+            episode_id, completion = self.end_episode(
+                lane, terminated=False, truncated=True, final_info=None, now=now
+            )
+            ended.append(EpisodeEnd(lane, episode_id, completion))
+        return ended
+
+    def capped_lanes(
+        self, lanes: Sequence[int], now: float, exclude: Container[int] = ()
+    ) -> list[int]:
         """Active lanes of ``lanes`` that reached the step or time cap (in lane order)."""
         out = []
         for lane in lanes:

@@ -8,7 +8,7 @@ users swap in any object that satisfies these Protocols (see ``trio_rlmesh.testi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 import attrs
 
@@ -16,6 +16,7 @@ from .._errors import Error
 from ..protocol import env_v1, model_v1
 
 __all__ = [
+    "ENDPOINT_GRACE",
     "EndpointTimings",
     "EnvResetResult",
     "EnvStepResult",
@@ -78,6 +79,16 @@ class EndpointTimings:
 
 NO_TIMINGS = EndpointTimings()
 
+ENDPOINT_GRACE: Final = 2.0
+"""Seconds the driver waits past a limit for an env that ``enforces_deadlines`` itself.
+
+Such an env answers a request that outlives its ``timeout_ms`` with its own
+:class:`~trio_rlmesh.OperationTimeout` (a served env's TIMEOUT, with its code), and a
+client's local fallback timer fires soon after (``LOCAL_TIMEOUT_GRACE``, 1 s, in the gRPC
+env client). The driver cuts the call off only at ``limit + ENDPOINT_GRACE``, so the
+endpoint's answer, not the driver's own scope, is what the caller sees.
+"""
+
 
 @attrs.frozen
 class EnvResetResult:
@@ -131,6 +142,13 @@ class RuntimeEnv(Protocol):
     ``None`` to say "use the async method this time". The driver tries them first: a
     call that never yields needs no cancel scope or extra scheduler round, and its
     deadline is still enforced (an answer that arrives late fails the run).
+
+    Optional attribute ``enforces_deadlines`` (default ``False``): ``True`` says the
+    endpoint itself answers every request within the request's ``timeout_ms``, raising
+    :class:`~trio_rlmesh.OperationTimeout` when it runs out (a gRPC client whose server
+    answers TIMEOUT). The driver then bounds each call only by ``timeout +``
+    :data:`ENDPOINT_GRACE`; otherwise (fakes, in-process adapters) the driver is the
+    only enforcer and cuts the call off exactly at its limit.
     """
 
     async def reset(self, request: env_v1.ResetRequest) -> EnvResetResult:
@@ -166,6 +184,16 @@ class RuntimeModel(Protocol):
     @property
     def fuses_predicts(self) -> bool:
         """Whether ``predict_group`` runs one fused forward (so the driver should batch lanes)."""
+        ...
+
+    async def resolve(
+        self, request: model_v1.ResolveAdapterRequest
+    ) -> model_v1.ResolveAdapterResponse:
+        """Resolve the route before the first predict (the env's spec, the execution
+        horizon, the offer of history); afterwards :attr:`wants_history` holds the answer.
+
+        Raises :class:`~trio_rlmesh.ModelError` when the model refuses the route.
+        """
         ...
 
     async def predict(self, request: model_v1.PredictRequest) -> ModelPrediction:

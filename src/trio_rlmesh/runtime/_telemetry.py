@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import attrs
 
+if TYPE_CHECKING:
+    from ._interfaces import EndpointTimings
+
 __all__ = [
     "METRIC_UNITS",
+    "OpSinks",
     "Reservoir",
     "TelemetryRecorder",
     "TelemetryRow",
@@ -262,6 +266,84 @@ class TelemetryRecorder:
             # Pending samples belong to this window (and to the session): push them first.
             series.fold()
             series.window.clear()
+
+
+class OpSinks:
+    """The telemetry series of one operation, resolved once so a step records cheaply.
+
+    Resolving a sink creates its series, but a series without samples appears in no
+    snapshot, so the report is the same as recording through ``TelemetryRecorder.record``.
+    """
+
+    __slots__ = (
+        "adapter",
+        "decode",
+        "encode",
+        "group_size",
+        "held_bytes",
+        "held_episodes",
+        "queue",
+        "request_bytes",
+        "response_bytes",
+        "rpc",
+        "total",
+        "user",
+    )
+
+    def __init__(self, telemetry: TelemetryRecorder, op: str) -> None:
+        sink = telemetry.sink
+        self.rpc = sink(op, "rpc.total")
+        self.total = sink(op, "endpoint.total")
+        self.decode = sink(op, "endpoint.decode")
+        self.user = sink(op, "endpoint.user")
+        self.encode = sink(op, "endpoint.encode")
+        self.queue = sink(op, "endpoint.queue")
+        self.request_bytes = sink(op, "request.bytes")
+        self.response_bytes = sink(op, "response.bytes")
+        self.adapter = sink(op, "predict.adapter")
+        self.held_episodes = sink(op, "held.episodes")
+        self.held_bytes = sink(op, "held.bytes")
+        self.group_size = sink(op, "group.size")
+
+    def call(
+        self,
+        ms: float,
+        timings: EndpointTimings,
+        request_bytes: int | None,
+        response_bytes: int | None,
+    ) -> None:
+        """One answered call: its round trip, the endpoint's phases and the message sizes."""
+        self.rpc(ms)
+        self.phases(timings)
+        self.sizes(request_bytes, response_bytes)
+
+    def phases(self, timings: EndpointTimings) -> None:
+        """The endpoint's own phase durations (nanoseconds, recorded as milliseconds)."""
+        if timings.total_ns is not None:
+            self.total(timings.total_ns / 1e6)
+        if timings.decode_ns is not None:
+            self.decode(timings.decode_ns / 1e6)
+        if timings.user_ns is not None:
+            self.user(timings.user_ns / 1e6)
+        if timings.encode_ns is not None:
+            self.encode(timings.encode_ns / 1e6)
+        if timings.queue_ns is not None:
+            self.queue(timings.queue_ns / 1e6)
+
+    def model_phases(self, timings: EndpointTimings) -> None:
+        """A model's adapter time and held state (``predict.adapter``, ``held.*``)."""
+        if timings.adapter_ns is not None:
+            self.adapter(timings.adapter_ns / 1e6)
+        if timings.held_episodes is not None:
+            self.held_episodes(timings.held_episodes)
+        if timings.held_state_bytes is not None:
+            self.held_bytes(timings.held_state_bytes)
+
+    def sizes(self, request_bytes: int | None, response_bytes: int | None) -> None:
+        if request_bytes is not None:
+            self.request_bytes(request_bytes)
+        if response_bytes is not None:
+            self.response_bytes(response_bytes)
 
 
 def format_telemetry(rows: Iterable[TelemetryRow]) -> str:

@@ -763,15 +763,17 @@ def decode_value(space: Space, leaves: Sequence[LeafBuffer]) -> Any:
     return node.unstack(node.decode(leaves, 1, False), 1)[0]
 
 
-def stack_lanes(space: Space, values: Sequence[Any]) -> Any:
+def stack_lanes(space: Space, values: Sequence[Any], *, copy: bool = True) -> Any:
     """Turn a list of single-lane values into the batched structure :func:`encode_batch` takes.
 
-    Arrays are stacked along a new first axis and converted to the declared dtype.
+    Arrays are stacked along a new first axis and converted to the declared dtype. With
+    ``copy=False`` a single lane may come back as a view of the caller's arrays (for a
+    batch that is encoded at once).
 
     Raises:
         CodecError: a lane does not have the space's structure or shape.
     """
-    return _root(space).stack(values)
+    return _root(space).stack(values, copy=copy)
 
 
 def unstack(space: Space, batch: Any, n: int) -> list[Any]:

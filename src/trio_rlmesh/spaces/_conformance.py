@@ -121,6 +121,8 @@ def _check(space: Space, batch: Any, n: int, path: str, found: list[Deviation]) 
     if isinstance(space, Box):
         _check_box(space, batch, n, path, found)
     elif isinstance(space, Discrete):
+        if _one_integer_in(space, batch, n):
+            return
         array = _numeric_batch(batch, (n,), path, found)
         if array is not None:
             last = space.start + space.n - 1
@@ -151,7 +153,28 @@ def _check(space: Space, batch: Any, n: int, path: str, found: list[Deviation]) 
         raise TypeError(f"{type(space).__name__} is not a space")
 
 
+def _one_integer_in(space: Discrete, batch: Any, n: int) -> bool:
+    """One lane's integer action within range: the common case, checked in Python."""
+    return (
+        n == 1
+        and type(batch) is np.ndarray
+        and batch.shape == (1,)
+        and batch.dtype.kind in "iu"
+        and space.start <= int(batch[0]) < space.start + space.n
+    )
+
+
 def _check_box(space: Box, batch: Any, n: int, path: str, found: list[Deviation]) -> None:
+    if (
+        type(batch) is np.ndarray
+        and batch.dtype.kind in "biuf"
+        and batch.shape == (n, *space.shape)
+        and space.bounds_kind != "unbounded"
+        # The common case in one pass: every value within bounds (a NaN fails both
+        # comparisons, so it falls through to the full check below).
+        and ((batch >= space.low) & (batch <= space.high)).all()
+    ):
+        return
     array = _numeric_batch(batch, (n, *space.shape), path, found)
     if array is None or not array.size or space.bounds_kind == "unbounded":
         return

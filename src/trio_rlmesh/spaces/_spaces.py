@@ -134,6 +134,7 @@ class Box(Space):
     """Tensor shape of one value."""
     dtype: DType = attrs.field(converter=DType)
     """Element type."""
+    _bounds_kind: BoundsKind = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         target = self.dtype.numpy_dtype
@@ -150,6 +151,7 @@ class Box(Space):
                     "use Box.from_bounds() to broadcast bounds"
                 )
             object.__setattr__(self, name, _read_only(array))
+        object.__setattr__(self, "_bounds_kind", self._find_bounds_kind())
 
     @classmethod
     def from_bounds(
@@ -201,6 +203,9 @@ class Box(Space):
         ``"uniform"`` when all lows are bit-identical and all highs are bit-identical; else
         ``"elementwise"``.
         """
+        return self._bounds_kind
+
+    def _find_bounds_kind(self) -> BoundsKind:
         if self.dtype.is_float and np.isneginf(self.low).all() and np.isposinf(self.high).all():
             return "unbounded"
         if _all_bits_equal(self.low) and _all_bits_equal(self.high):

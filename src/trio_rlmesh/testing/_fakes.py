@@ -45,8 +45,9 @@ _MODES = {
 class Fault:
     """Make the ``at``-th call (1-based) of operation ``op`` fail or hang.
 
-    ``op`` is one of ``env.reset``, ``env.step``, ``env.close``, ``model.predict`` (also
-    counts ``predict_group`` calls), ``model.reset_adapter``, ``model.release_adapter``.
+    ``op`` is one of ``env.reset``, ``env.step``, ``env.close``, ``model.resolve_adapter``,
+    ``model.predict`` (also counts ``predict_group`` calls), ``model.reset_adapter``,
+    ``model.release_adapter``.
 
     >>> Fault("env.step", at=3, kind="hang")
     Fault(op='env.step', at=3, kind='hang', recoverable=False, message='injected fault')
@@ -376,10 +377,24 @@ class FakeModel:
         """Episode ids of every ``reset_adapter`` call."""
         self.releases: list[model_v1.ReleaseAdapterRequest] = []
         self.released = False
+        self.resolves: list[model_v1.ResolveAdapterRequest] = []
+        """Every resolve request, in arrival order."""
 
     @property
     def wants_history(self) -> bool:
         return self._history
+
+    async def resolve(
+        self, request: model_v1.ResolveAdapterRequest
+    ) -> model_v1.ResolveAdapterResponse:
+        """Accept the route (``wants_history`` decides whether history is asked for);
+        ``model.resolve_adapter`` delays and faults apply."""
+        await self._script.enter("model.resolve_adapter", None, ModelError)
+        self.resolves.append(request)
+        response = model_v1.ResolveAdapterResponse()
+        if self._history:
+            response.history = model_v1.ObservationHistoryNeeds(keys=["observation"])
+        return response
 
     @property
     def fuses_predicts(self) -> bool:

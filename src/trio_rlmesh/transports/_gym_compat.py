@@ -1,7 +1,7 @@
 """Old Gym API results, normalised exactly as RLMesh 0.1.0's env server normalises them.
 
-One place for both env paths: the served env (``transports.grpc._env_adapter``) and the
-in-process env (``transports.inprocess._env``) pass every ``reset``/``step`` result
+One place for both env paths: the env host (``transports._envhost``), which serves the
+gRPC env server and the in-process env alike, passes every ``reset``/``step`` result
 through these functions, so an env written for the old Gym API (before Gym 0.26) works
 the same whichever way it is run, and the same as under ``rlmesh.EnvServer``.
 

@@ -67,12 +67,14 @@ async def test_env_inline_errors_match_the_awaited_calls() -> None:
             return (np.zeros(1, np.float32), 1.0)  # not a 5-tuple
 
     broken = GymEnvRuntimeEnv(Broken(), user_code="inline")
+    await broken.reset(env_v1.ResetRequest(episode_ids=["ep"]))
     with pytest.raises(EnvError) as awaited:
         await broken.step(_step(broken, 1))
     with pytest.raises(EnvError) as inline:
         broken.step_inline(_step(broken, 1))
     assert inline.value.message == awaited.value.message
-    assert "step raised ValueError" in inline.value.message
+    # The served env's wording, from the one env host both paths share.
+    assert "env.step failed: ValueError" in inline.value.message
 
 
 async def test_env_inline_declines_in_thread_mode_when_closed_or_replaced() -> None:

@@ -8,7 +8,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.model.helpers import ACT_DISCRETE, BOX_ROUTE, DISCRETE_ROUTE, OBS, predict_request
+from tests.model.helpers import (
+    ACT_DISCRETE,
+    BOX_ROUTE,
+    DISCRETE_ROUTE,
+    OBS,
+    predict_request,
+    resolve_request,
+)
 from trio_rlmesh import ModelError
 from trio_rlmesh.model import (
     HeldState,
@@ -131,8 +138,9 @@ async def test_bad_group_is_reported_in_place() -> None:
 async def test_resolve_negotiates_history_and_rows_are_decoded() -> None:
     handler = CountingHandler()
     model = ModelHandlerRuntimeModel(handler, BOX_ROUTE)
-    needs = await model.resolve("e", execution_horizon=3, delivers_history=True)
-    assert needs.history == ("<root>",)
+    answer = await model.resolve(resolve_request(BOX_ROUTE, "e", horizon=3))
+    assert answer.history is not None
+    assert list(answer.history.keys) == ["<root>"]
     assert model.wants_history
     request = predict_request("e", [1])
     request.step = 3
@@ -167,7 +175,7 @@ async def test_replay_frames_are_encoded() -> None:
             return np.stack([np.full(2, 0.1 * j, np.float32) for j in range(4)])
 
     model = ModelHandlerRuntimeModel(Chunky(), BOX_ROUTE)
-    await model.resolve("e", execution_horizon=3)
+    await model.resolve(resolve_request(BOX_ROUTE, "e", horizon=3))
     prediction = await model.predict(predict_request("e", [1, 2]))
     assert len(prediction.response.actions) == 3
     assert _decode(prediction, 2, frame=2)[1].tolist() == pytest.approx([0.2, 0.2])

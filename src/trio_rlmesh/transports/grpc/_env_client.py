@@ -601,8 +601,13 @@ class EnvClientRuntimeEnv:
     """An :class:`EnvClient` seen as a :class:`~trio_rlmesh.runtime.RuntimeEnv`.
 
     The driver's deadline reaches the server as the request's ``timeout_ms`` (set by
-    the driver); the driver numbers steps, so this adapter leaves the step to it.
+    the driver); the driver numbers steps, so this adapter leaves the step to it. The
+    server answers TIMEOUT itself (and the client's local timer backs it up), so the
+    adapter ``enforces_deadlines``: the driver waits for that answer rather than cutting
+    the call off at the limit.
     """
+
+    enforces_deadlines = True
 
     def __init__(self, client: EnvClient) -> None:
         self.client = client

@@ -27,45 +27,35 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, Literal
 
 import attrs
 import betterproto2
-import numpy as np
 import trio
 
 from ...protocol import (
     CAP_SUBSET_STEP,
     CAPABILITY_TRUE,
     COMPONENT_ENV,
-    SUPPORTED_WORKFLOW_EDITIONS,
     core_v1,
     env_v1,
-    meta_to_python,
-    spaces_v1,
 )
 from ...protocol._fastwire import encode_env_join_response, encode_env_timing_tail
 from ...runtime._worker import UserCode, WorkerUnavailable, check_user_code, new_worker
+from .._envhost import (
+    Call,
+    Code,
+    EnvHost,
+    LaneResult,
+    Plan,
+    ValidationPolicy,
+    WireError,
+    plan_timings,
+    run_plan,
+)
 from ._backend import BackendName, ServerCall, check_backend
 from ._codec import encode
-from ._env_adapter import (
-    EnvBackend,
-    EpisodeTracker,
-    LaneBackend,
-    LaneResult,
-    StepOutcome,
-    ValidationPolicy,
-    ValueGate,
-    VectorBackend,
-    WireError,
-    encode_png,
-    infos_to_meta,
-    make_backend,
-    merge_lane_infos,
-    validation_policy_from_env,
-    vector_final_info,
-)
 from ._handshake import ENV_HANDSHAKE, ENV_JOIN, ENV_SHUTDOWN, handshake_response
 from ._server import JoinSession, ServerCore, run_server
 from ._settings import DEFAULT_SETTINGS, GrpcSettings
@@ -75,7 +65,6 @@ __all__ = ["serve_env"]
 
 logger = logging.getLogger("trio_rlmesh.transports.grpc")
 
-Code = env_v1.EnvErrorCode
 
 JOIN_BUSY_MESSAGE: Final = (
     "environment already has an active Join session; only one client may be connected at a time"
@@ -96,9 +85,9 @@ class _Lanes:
             new_worker(user_code, f"env {env_id} lane {lane}") for lane in range(count)
         ]
 
-    async def run(self, lane: int, op: str, fn: Callable[..., Any], *args: Any) -> Any:
+    async def run(self, call: Call) -> Any:
         try:
-            return await self._workers[lane].run(op, fn, *args)
+            return await self._workers[call.lane].run(call.operation, call.fn, *call.args)
         except WorkerUnavailable as exc:
             # The lane is still inside a call its caller gave up on (or is closed): the
             # request is refused at once, naming the stuck operation.
@@ -143,26 +132,19 @@ class _Request:
     user_ns: int = 0
     queue_ns: int = 0
 
-    def note(self, submitted_ns: int, results: Sequence[LaneResult]) -> None:
-        self.user_ns += max((r.user_ns for r in results), default=0)
-        self.queue_ns += max((max(0, r.started_ns - submitted_ns) for r in results), default=0)
-
 
 @attrs.define(eq=False)
 class _EnvService:
     """The EnvService: Handshake, Join (one at a time) and Shutdown."""
 
     core: ServerCore
-    backend: EnvBackend
-    contract: core_v1.EnvContract
-    gate: ValueGate
+    host: EnvHost
     lanes: _Lanes
     join_active: bool = False
-    ever_reset: set[int] = attrs.field(factory=set)
 
     @property
     def capabilities(self) -> dict[str, str]:
-        return {CAP_SUBSET_STEP: CAPABILITY_TRUE} if self.backend.lanes_individually else {}
+        return {CAP_SUBSET_STEP: CAPABILITY_TRUE} if self.host.lanes_individually else {}
 
     def handlers(self) -> dict[str, Callable[[ServerCall], Awaitable[None]]]:
         return {ENV_HANDSHAKE: self.handshake, ENV_JOIN: self.join, ENV_SHUTDOWN: self.shutdown}
@@ -172,7 +154,7 @@ class _EnvService:
         base = handshake_response(COMPONENT_ENV, request, capabilities=self.capabilities)
         response = env_v1.HandshakeResponse(base=base)
         if base.compatible:
-            response.env_contract = self.contract
+            response.env_contract = self.host.contract
         await call.send_message(encode(response))
 
     async def shutdown(self, call: ServerCall) -> None:
@@ -189,25 +171,20 @@ class _EnvService:
             await session.run()
         finally:
             # Episodes still open when the stream ends are dropped (spec §5.1).
-            session.tracker.on_close()
+            session.env.close()
             self.join_active = False
 
 
 class _EnvJoin(JoinSession[env_v1.JoinRequest]):
-    """One Join stream: every request answered exactly once."""
+    """One Join stream: every request answered exactly once, through the env host."""
 
     request_type = env_v1.JoinRequest
 
     def __init__(self, service: _EnvService, call: ServerCall) -> None:
         super().__init__(service.core, call)
         self.service = service
-        backend = service.backend
-        self.backend = backend
-        self.gate = service.gate
-        self.tracker = EpisodeTracker(
-            backend.num_lanes, backend.autoreset is core_v1.AutoresetMode.NEXT_STEP
-        )
-        self.concurrent = backend.lanes_individually and backend.num_lanes > 1
+        self.env = service.host.session()
+        self.concurrent = service.host.lanes_individually and service.host.num_lanes > 1
         """Requests for different lanes run concurrently (one lane's run in order anyway)."""
 
     async def handle(self, request: env_v1.JoinRequest, received_ns: int, decode_ns: int) -> None:
@@ -215,7 +192,7 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
         kind, _ = betterproto2.which_one_of(request, "kind")
         if kind == "close":
             await self.wait_tasks()
-            await self._answer(context, self._close())
+            await self._answer(context, env_v1.JoinResponse(close=self.env.close()))
             self.end_session()
         elif self.concurrent and kind in ("reset", "step", "render"):
             self.spawn(self._serve, request, context)
@@ -231,37 +208,50 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
 
     async def _respond(self, request: env_v1.JoinRequest, context: _Request) -> env_v1.JoinResponse:
         kind, arm = betterproto2.which_one_of(request, "kind")
-        handlers: dict[str, Callable[[Any, _Request], Awaitable[env_v1.JoinResponse]]] = {
-            "reset": self._reset,
-            "step": self._step,
-            "render": self._render,
-            "configure": self._configure,
-        }
-        handler = handlers.get(kind)
-        if handler is None:
-            return _error(
-                WireError(Code.UNSUPPORTED, "join request kind is unset or not supported")
-            )
-        timeout_ms = getattr(arm, "timeout_ms", 0)
-        op = f"env.{kind}"
-        if (
-            kind == "reset"
-            and arm is not None
-            and arm.env_indices
-            and not self.backend.lanes_individually
-        ):
-            op = "env.reset_subset"
         try:
-            if not timeout_ms or self.service.lanes.inline:
-                # Inline env code cannot be interrupted, so no deadline scope for it.
-                return await handler(arm, context)
-            # The deadline covers the wait for the env: when it passes, the late call keeps
-            # its lane's worker and nothing after the wait (tracker included) runs for it.
-            with trio.move_on_after(timeout_ms / 1000):
-                return await handler(arm, context)
-            raise WireError(Code.TIMEOUT, f"{op} timed out after {timeout_ms}ms")
+            if arm is None:
+                raise WireError(Code.UNSUPPORTED, "join request kind is unset or not supported")
+            if kind == "configure":
+                return env_v1.JoinResponse(configure=self.env.configure(arm))
+            if kind == "reset":
+                plan = self.env.plan_reset(arm)
+                results = await self._run(plan, arm.timeout_ms, "env.reset", context)
+                return env_v1.JoinResponse(reset=self.env.finish_reset(plan, results))
+            if kind == "step":
+                plan = self.env.plan_step(arm)
+                results = await self._run(plan, arm.timeout_ms, "env.step", context)
+                return env_v1.JoinResponse(step=self.env.finish_step(plan, results))
+            if kind == "render":
+                plan = self.env.plan_render(arm)
+                frames = await self._run(plan, arm.timeout_ms, "env.render", context)
+                return env_v1.JoinResponse(render=self.env.finish_render(plan, frames))
+            raise WireError(Code.UNSUPPORTED, "join request kind is unset or not supported")
         except WireError as exc:
-            return _error(exc)
+            return env_v1.JoinResponse(error=exc.to_proto())
+
+    async def _run(self, plan: Plan, timeout_ms: int, op: str, context: _Request) -> list[Any]:
+        """Run the plan's calls on the lanes' workers, under the request's deadline."""
+        submitted = time.perf_counter_ns()
+        lanes = self.service.lanes
+        if not timeout_ms or lanes.inline:
+            # Inline env code cannot be interrupted, so no deadline scope for it.
+            results = await run_plan(plan, lanes.run)
+        else:
+            # At the deadline the late call keeps its lane's worker, and nothing after the
+            # wait (the tracker included) runs for it.
+            with trio.move_on_after(timeout_ms / 1000):
+                results = await run_plan(plan, lanes.run)
+                context.user_ns, context.queue_ns = _timings(submitted, results)
+                return results
+            if (
+                op == "env.reset"
+                and plan.request.env_indices
+                and not self.env.host.lanes_individually
+            ):
+                op = "env.reset_subset"
+            raise WireError(Code.TIMEOUT, f"{op} timed out after {timeout_ms}ms")
+        context.user_ns, context.queue_ns = _timings(submitted, results)
+        return results
 
     async def _answer(self, context: _Request, response: env_v1.JoinResponse) -> None:
         response.request_id = context.request_id
@@ -277,229 +267,12 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
         )
         await self.call.send_message(body + tail)
 
-    # ---------------------------------------------------------------- ops
 
-    def _lanes(self, indices: Sequence[int]) -> list[int]:
-        num = self.backend.num_lanes
-        if not indices:
-            return list(range(num))
-        if any(index >= num for index in indices):
-            raise WireError(
-                Code.INVALID_ACTION, f"env_indices {list(indices)} out of range for {num} envs"
-            )
-        if len(set(indices)) != len(indices):
-            raise WireError(Code.INVALID_ACTION, f"env_indices {list(indices)} has duplicates")
-        return list(indices)
-
-    async def _on_lanes(
-        self,
-        context: _Request,
-        op: str,
-        fn: Callable[..., LaneResult],
-        calls: Sequence[tuple[Any, ...]],
-    ) -> list[LaneResult]:
-        """``fn(*args)`` on each lane named first in ``args``, concurrently; the results in
-        order. The first failure (in lane order) is raised once every call has ended."""
-        submitted = time.perf_counter_ns()
-        lanes = self.service.lanes
-        outcomes: list[Any] = [None] * len(calls)
-
-        async def one(index: int, args: tuple[Any, ...]) -> None:
-            try:
-                outcomes[index] = await lanes.run(args[0], op, fn, *args)
-            except WireError as exc:
-                outcomes[index] = exc
-
-        if len(calls) == 1:
-            await one(0, calls[0])
-        else:
-            async with trio.open_nursery() as nursery:
-                for index, args in enumerate(calls):
-                    nursery.start_soon(one, index, args)
-        for item in outcomes:
-            if isinstance(item, WireError):
-                raise item
-        results: list[LaneResult] = outcomes
-        context.note(submitted, results)
-        return results
-
-    async def _reset(self, request: env_v1.ResetRequest, context: _Request) -> env_v1.JoinResponse:
-        lanes = self._lanes(request.env_indices)
-        for name, values in (("seeds", request.seeds), ("episode_ids", request.episode_ids)):
-            if request.env_indices and values and len(values) != len(lanes):
-                raise WireError(
-                    Code.INVALID_ACTION,
-                    f"{name} has {len(values)} entries for {len(lanes)} env_indices",
-                )
-        options = meta_to_python(request.options) if request.options is not None else None
-        backend = self.backend
-        self.service.ever_reset.update(lanes)
-        if isinstance(backend, VectorBackend):
-            if request.env_indices:
-                raise WireError(
-                    Code.INTERNAL, "partial reset (env_indices) is not supported by this env"
-                )
-            batch, info, user_ns = await self.service.lanes.run(
-                0, "env.reset", backend.reset_call, list(request.seeds), options
-            )
-            context.user_ns += user_ns
-        else:
-            assert isinstance(backend, LaneBackend)
-            seeds: list[int | None] = [
-                request.seeds[i] if i < len(request.seeds) else None for i in range(len(lanes))
-            ]
-            results = await self._on_lanes(
-                context,
-                "env.reset",
-                backend.reset_call,
-                [(lane, seed, options) for lane, seed in zip(lanes, seeds, strict=True)],
-            )
-            batch = self.gate.stack_observations([r.observation for r in results])
-            info = merge_lane_infos([r.info for r in results])
-        leaves, warnings = self.gate.encode_observations(batch, len(lanes))
-        infos = infos_to_meta(info, warnings)
-        self.tracker.on_reset(lanes, request.episode_ids, request.seeds)
-        return env_v1.JoinResponse(
-            reset=env_v1.ResetResponse(observation=spaces_v1.SpaceValue(leaves=leaves), infos=infos)
-        )
-
-    async def _step(self, request: env_v1.StepRequest, context: _Request) -> env_v1.JoinResponse:
-        backend = self.backend
-        if request.env_indices and not backend.lanes_individually:
-            raise WireError(
-                Code.UNSUPPORTED, "subset stepping (env_indices) is not supported by this env"
-            )
-        lanes = self._lanes(request.env_indices)
-        gate = self.gate
-        actions, action_warnings = gate.decode_actions(request.action, len(lanes))
-        never = [lane for lane in lanes if lane not in self.service.ever_reset]
-        if never and backend.lanes_individually:
-            raise WireError(Code.NOT_READY, f"lane(s) {never} stepped before the first reset")
-        episode_ids = list(request.episode_ids)
-        if isinstance(backend, VectorBackend):
-            (
-                observation,
-                rewards,
-                terminated,
-                truncated,
-                info,
-                user_ns,
-            ) = await self.service.lanes.run(
-                0, "env.step", backend.step_call, gate.writable(actions)
-            )
-            context.user_ns += user_ns
-            rewards_list = [float(r) for r in _lane_values(rewards, len(lanes), "rewards")]
-            term = [bool(t) for t in _lane_values(terminated, len(lanes), "terminated")]
-            trunc = [bool(t) for t in _lane_values(truncated, len(lanes), "truncated")]
-            finals = [
-                vector_final_info(info, lane, len(lanes)) if term[i] or trunc[i] else None
-                for i, lane in enumerate(lanes)
-            ]
-            batch = observation
-        else:
-            assert isinstance(backend, LaneBackend)
-            per_lane = gate.split_actions(actions, len(lanes))
-            results = await self._on_lanes(
-                context,
-                "env.step",
-                backend.step_call,
-                [(lane, action) for lane, action in zip(lanes, per_lane, strict=True)],
-            )
-            rewards_list = [r.reward for r in results]
-            term = [r.terminated for r in results]
-            trunc = [r.truncated for r in results]
-            finals = [r.info if (r.terminated or r.truncated) else None for r in results]
-            batch = gate.stack_observations([r.observation for r in results])
-            info = merge_lane_infos([r.info for r in results])
-        leaves, warnings = gate.encode_observations(batch, len(lanes))
-        infos = infos_to_meta(info, action_warnings + warnings)
-        outcomes = [
-            StepOutcome(
-                lane,
-                rewards_list[i],
-                term[i],
-                trunc[i],
-                infos_to_meta(finals[i], []) if finals[i] is not None else None,
-                _episode_id(episode_ids, i, lane, len(lanes), backend.num_lanes),
-            )
-            for i, lane in enumerate(lanes)
-        ]
-        completed = self.tracker.on_step(outcomes)
-        return env_v1.JoinResponse(
-            step=env_v1.StepResponse(
-                observation=spaces_v1.SpaceValue(leaves=leaves),
-                rewards=rewards_list,
-                terminated_mask=bytes(term),
-                truncated_mask=bytes(trunc),
-                infos=infos,
-                completed_episodes=completed,
-                env_indices=list(request.env_indices),
-            )
-        )
-
-    async def _render(
-        self, request: env_v1.RenderRequest, context: _Request
-    ) -> env_v1.JoinResponse:
-        if len(request.env_indices) > 1:
-            raise WireError(Code.UNSUPPORTED, "render of more than one env index is not supported")
-        backend = self.backend
-        started = time.perf_counter_ns()
-        if isinstance(backend, VectorBackend):
-            frame = await self.service.lanes.run(0, "env.render", backend.render_call)
-        else:
-            assert isinstance(backend, LaneBackend)
-            lane = request.env_indices[0] if request.env_indices else 0
-            if lane >= backend.num_lanes:
-                raise WireError(
-                    Code.INVALID_ACTION,
-                    f"render env index {lane} out of range for {backend.num_lanes} envs",
-                )
-            frame = await self.service.lanes.run(lane, "env.render", backend.render_call, lane)
-        context.user_ns += time.perf_counter_ns() - started
-        png = encode_png(frame)
-        if png is None:
-            return env_v1.JoinResponse(render=env_v1.RenderResponse())
-        return env_v1.JoinResponse(
-            render=env_v1.RenderResponse(frame=png, format=env_v1.RenderFormat.PNG)
-        )
-
-    async def _configure(
-        self, request: env_v1.ConfigureEnvRequest, context: _Request
-    ) -> env_v1.JoinResponse:
-        edition = request.selected_workflow_edition.strip()
-        if edition and edition not in SUPPORTED_WORKFLOW_EDITIONS:
-            raise WireError(
-                Code.INVALID_ACTION,
-                f"workflow edition {edition!r} is not supported by this env "
-                f"(supported: {', '.join(SUPPORTED_WORKFLOW_EDITIONS)})",
-                recoverable=False,
-            )
-        return env_v1.JoinResponse(configure=env_v1.ConfigureEnvResponse())
-
-    def _close(self) -> env_v1.JoinResponse:
-        return env_v1.JoinResponse(
-            close=env_v1.CloseEnvsResponse(final_episodes=self.tracker.on_close())
-        )
-
-
-def _error(exc: WireError) -> env_v1.JoinResponse:
-    return env_v1.JoinResponse(error=exc.to_proto())
-
-
-def _episode_id(ids: Sequence[str], position: int, lane: int, count: int, width: int) -> str:
-    # Real runtimes send full-width ids; accept ids aligned with env_indices as well.
-    if len(ids) == width:
-        return ids[lane]
-    if len(ids) == count:
-        return ids[position]
-    return ""
-
-
-def _lane_values(values: Any, n: int, what: str) -> list[Any]:
-    listed: list[Any] = np.asarray(values).reshape(-1).tolist()
-    if len(listed) != n:
-        raise WireError(Code.INTERNAL, f"env returned {len(listed)} {what} for {n} envs")
-    return listed
+def _timings(submitted: int, results: list[Any]) -> tuple[int, int]:
+    lane_results = [r for r in results if isinstance(r, LaneResult)]
+    if not lane_results:
+        return 0, 0
+    return plan_timings(submitted, lane_results)
 
 
 def _autoreset_mode(value: AutoresetName | None) -> core_v1.AutoresetMode | None:
@@ -582,18 +355,15 @@ async def serve_env(
         raise ValueError("token must not be empty (pass None to serve without one)")
     user_code = check_user_code(user_code)
     mode = _autoreset_mode(autoreset)
-    if validation is None:
-        validation = validation_policy_from_env()
-    if validation not in ("warn", "strict", "off"):
+    if validation not in (None, "warn", "strict", "off"):
         raise ValueError(f"validation must be 'warn', 'strict' or 'off', got {validation!r}")
-    env_backend = await trio.to_thread.run_sync(
-        lambda: make_backend(env_or_factory, num_envs=num_envs, autoreset=mode)
+    # Opening may call a factory (user code): off the event loop.
+    host = await trio.to_thread.run_sync(
+        lambda: EnvHost.open(
+            env_or_factory, num_envs=num_envs, autoreset=mode, validation=validation
+        )
     )
-    lanes = _Lanes(
-        env_backend.num_lanes if env_backend.lanes_individually else 1,
-        user_code,
-        env_backend.env_id,
-    )
+    lanes = _Lanes(host.workers, user_code, host.shape.env_id)
     core = ServerCore(
         component="env",
         what="env",
@@ -601,13 +371,7 @@ async def serve_env(
         allow_remote_shutdown=allow_remote_shutdown or _remote_shutdown_env(),
         shutdown_disabled_message=SHUTDOWN_DISABLED_MESSAGE,
     )
-    service = _EnvService(
-        core=core,
-        backend=env_backend,
-        contract=env_backend.contract(),
-        gate=ValueGate(env_backend.observation_space, env_backend.action_space, validation),
-        lanes=lanes,
-    )
+    service = _EnvService(core=core, host=host, lanes=lanes)
     try:
         await run_server(
             core,
@@ -621,4 +385,4 @@ async def serve_env(
         )
     finally:
         with trio.CancelScope(shield=True):
-            await lanes.aclose(env_backend.close_call)
+            await lanes.aclose(host.shape.close_call)

@@ -98,14 +98,16 @@ def _from_grpclib(exc: BaseException, label: str) -> BaseException:
         return GrpcError(Status.of(int(exc.status.value)), exc.message or "")
     if isinstance(exc, StreamTerminatedError):
         return ConnectionLost(f"{exc} (with {label})")
+    if isinstance(exc, asyncio.TimeoutError):
+        # grpclib's deadline. Checked before OSError: from Python 3.11 on,
+        # asyncio.TimeoutError is the builtin TimeoutError, an OSError.
+        return GrpcError(Status.DEADLINE_EXCEEDED, "the call's deadline passed")
     if isinstance(exc, (ConnectionRefusedError, FileNotFoundError, socket.gaierror)):
         return ConnectionLost.could_not_connect(exc, label)
     if isinstance(exc, OSError):
         return ConnectionLost(f"the connection with {label} broke ({exc.strerror or exc})")
     if isinstance(exc, _GrpclibProtocolError):
         return ConnectionLost(f"{label} broke the gRPC protocol ({exc})")
-    if isinstance(exc, asyncio.TimeoutError):
-        return GrpcError(Status.DEADLINE_EXCEEDED, "the call's deadline passed")
     if isinstance(exc, EOFError):
         return ConnectionLost(f"the connection with {label} ended")
     return exc
@@ -121,6 +123,40 @@ def _status_received(stream: Any) -> GrpcError | None:
             if status is not Status.OK:
                 return GrpcError(status, decode_grpc_message(values.get("grpc-message", "")))
     return None
+
+
+def _ended_ok(stream: Any) -> bool:
+    """Whether the peer ended a grpclib protocol stream with an OK status (a reset that
+    followed it, such as RST_STREAM NO_ERROR after the trailers, changes nothing)."""
+    values = dict(getattr(stream, "trailers", None) or ())
+    return values.get("grpc-status") == "0"
+
+
+def _keepalive_expired(stream: Any, label: str, settings: GrpcSettings) -> ConnectionLost | None:
+    """The loss, named, when grpclib closed the connection because a keepalive PING went
+    unanswered (grpclib itself only says "Connection lost"). On the loop."""
+    handle = getattr(getattr(stream, "connection", None), "_close_by_ping_handler", None)
+    if handle is None or handle.when() > asyncio.get_running_loop().time():
+        return None
+    return ConnectionLost(
+        f"the peer did not answer a keepalive PING within {settings.keepalive_timeout:g} s "
+        f"(frozen or unreachable) with {label}"
+    )
+
+
+def _call_ended(
+    exc: BaseException, stream: Any, label: str, settings: GrpcSettings
+) -> BaseException:
+    """How a client call that raised ``exc`` ended. A status the peer already sent wins: a
+    status followed by a reset (a busy env's refusal, then RST_STREAM) is that status, and
+    so is a trailers-only status grpclib itself rejects (grpclib's server sends UNIMPLEMENTED
+    without a content-type, which grpclib's client reports as UNKNOWN). On the loop."""
+    protocol_stream = getattr(stream, "_stream", None)
+    return (
+        _status_received(protocol_stream)
+        or _keepalive_expired(protocol_stream, label, settings)
+        or _from_grpclib(exc, label)
+    )
 
 
 def _buffered(stream: Any) -> int:
@@ -316,22 +352,21 @@ class GrpclibClientCall:
             )
             protocol_stream = stream._stream
             while True:
-                try:
-                    with stream._wrapper:
-                        data = await _read_message(protocol_stream, self._settings.max_message_size)
-                except StreamTerminatedError:
-                    # Messages that arrived before the reset still reach the caller.
-                    while (
-                        salvaged := await _read_message(
-                            protocol_stream, self._settings.max_message_size, salvage=True
-                        )
-                    ) is not None:
-                        pipe.deliver(salvaged)
-                    raise
+                with stream._wrapper:
+                    data = await _read_message(protocol_stream, self._settings.max_message_size)
                 if data is None:
                     break
                 pipe.deliver(data)
-            await stream.recv_trailing_metadata()
+            if stream._end_done:
+                await stream.recv_trailing_metadata()
+            else:
+                # The server ended the call before this side half-closed: legal in gRPC
+                # (RLMesh does it after a non-recoverable env error), but grpclib's
+                # recv_trailing_metadata refuses it, so the trailers are read here.
+                with stream._wrapper:
+                    await protocol_stream.recv_trailers()
+                if (failure := _status_received(protocol_stream)) is not None:
+                    raise failure
         except GrpcError as exc:
             end = exc
             with contextlib.suppress(Exception):
@@ -339,12 +374,22 @@ class GrpclibClientCall:
         except asyncio.CancelledError:
             end = ConnectionLost("the call was cancelled by this side")
             raise
-        except StreamTerminatedError as exc:
-            # A status followed by a reset (a busy env's trailers-only refusal, then
-            # RST_STREAM) must reach the caller as the status, not as a loss.
-            end = _status_received(getattr(stream, "_stream", None)) or _from_grpclib(
-                exc, pipe.label
-            )
+        except (StreamTerminatedError, GRPCError) as exc:
+            terminated = isinstance(exc, StreamTerminatedError)
+            if terminated:
+                # Messages that arrived before the reset still reach the caller (RLMesh
+                # sends an in-band error, then resets), even when the reset came before
+                # this pump read the response headers.
+                max_size = self._settings.max_message_size
+                with contextlib.suppress(Exception):
+                    while (
+                        salvaged := await _read_message(stream._stream, max_size, salvage=True)
+                    ) is not None:
+                        pipe.deliver(salvaged)
+            if terminated and _ended_ok(stream._stream):
+                end = _END  # OK trailers, then a reset: the call ended cleanly
+            else:
+                end = _call_ended(exc, stream, pipe.label, self._settings)
         except Exception as exc:
             end = _from_grpclib(exc, pipe.label)
         finally:
@@ -475,11 +520,8 @@ class GrpclibChannel:
                     with stream._wrapper:
                         reply = await _read_message(stream._stream, max_size)
                     await stream.recv_trailing_metadata()
-                except StreamTerminatedError:
-                    status = _status_received(getattr(stream, "_stream", None))
-                    if status is None:
-                        raise
-                    raise status from None
+                except (StreamTerminatedError, GRPCError) as exc:
+                    raise _call_ended(exc, stream, self.label, self.settings) from None
             if reply is None:
                 raise GrpcError(Status.INTERNAL, f"the server answered {path} with no message")
             return reply
@@ -494,7 +536,16 @@ class GrpclibChannel:
         if channel is not None:
 
             async def close() -> None:
+                protocol = getattr(channel, "_protocol", None)
+                transport = getattr(getattr(protocol, "connection", None), "_transport", None)
                 channel.close()
+                if transport is not None:
+                    # asyncio closes a socket only once its write buffer is flushed (the
+                    # rest of a refused message can sit there), and the portal's loop may
+                    # stop first, leaking the socket. Every call is over: drop the rest.
+                    if transport.get_write_buffer_size():
+                        transport.abort()
+                    await asyncio.sleep(0)  # let the transport finish closing
 
             with trio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await self._portal.run(close)
@@ -545,9 +596,15 @@ class _Bridge:
         """Cancel scopes of the trio handlers running (trio side)."""
         self.tasks: set[asyncio.Task[Any]] = set()
         """grpclib's tasks serving calls (loop side); done once a call's status is sent."""
+        self.outcomes: set[asyncio.Future[tuple[Status, str] | None]] = set()
+        """How each open call ends, once its trio handler says (loop side)."""
 
-    async def wait_calls(self, grace: float) -> None:
-        """On the loop: wait (at most ``grace`` seconds) until every call has its status."""
+    async def end_calls(self, grace: float) -> None:
+        """On the loop: end every open call with UNAVAILABLE, even one whose trio handler
+        is stuck in code it cannot abandon, and wait (at most ``grace`` seconds) until every
+        call has sent its status."""
+        for outcome_ in list(self.outcomes):
+            _settle(outcome_, (Status.UNAVAILABLE, SHUTDOWN_MESSAGE))
         if self.tasks:
             await asyncio.wait(set(self.tasks), timeout=grace)
 
@@ -578,6 +635,8 @@ class _Bridge:
         pipe.outbox = asyncio.Queue()
         call = GrpclibServerCall(pipe, path, metadata, peer)
         result: asyncio.Future[tuple[Status, str] | None] = loop.create_future()
+        self.outcomes.add(result)
+        result.add_done_callback(self.outcomes.discard)
         scope_box: list[trio.CancelScope] = []
         scopes = self.scopes
         handler = self.handlers[path]
@@ -715,12 +774,12 @@ class GrpclibServer:
         """End every open call with UNAVAILABLE, then close every connection (bounded)."""
         self.stop_accepting()
         with trio.CancelScope(shield=True):
-            # The trio handlers end first, so grpclib sends each call's UNAVAILABLE status
-            # before the connections close.
+            # Every call gets its UNAVAILABLE status before the connections close, and the
+            # trio handlers are cancelled (a stuck one finishes later, unheard).
             for scope in list(self._bridge.scopes):
                 scope.cancel()
             with contextlib.suppress(Exception):
-                await self._portal.run(self._bridge.wait_calls, CLOSE_GRACE)
+                await self._portal.run(self._bridge.end_calls, CLOSE_GRACE)
                 await self._portal.run(self._server.close_connections, CLOSE_GRACE)
 
 
@@ -760,8 +819,9 @@ class GrpclibBackend:
         """Serve ``handlers`` on ``address`` for the duration of the block."""
         bind = _checked(parse_bind_address(address))
         token = trio.lowlevel.current_trio_token()
-        # The trio handlers run shielded from the owner's cancellation, as on the trio
-        # backend: a stop drains and answers every open call before they are cancelled.
+        # The trio handlers run in a shielded nursery: a stop arrives as a cancellation of
+        # this block, and the calls must outlive it until shutdown() has drained them and
+        # given each its status.
         async with open_portal() as portal, shielded_nursery() as nursery:
             bridge = _Bridge(portal, token, nursery, handlers, settings)
 

@@ -280,6 +280,8 @@ class H2Stream:
                 Status.INTERNAL, "the stream ended in the middle of a message"
             )
         self._pump()
+        # A sender waiting for credit on this stream must look again: the call may be over.
+        self._conn._window.unpark_all()
 
     def _on_reset(self, code: int | None) -> None:
         if self.remote_ended and (not self.client or self.trailers is not None):
@@ -386,6 +388,10 @@ class H2Connection:
                 h2.settings.SettingCodes.ENABLE_PUSH: 0,
             },
         )
+        # h2 reads the inbound frame limit from its settings only when it is built (and on
+        # a change the peer acknowledges); settings given as initial values never change,
+        # so tell it here, or every frame above 16 KiB would be a FRAME_SIZE_ERROR.
+        self._h2.max_inbound_frame_size = settings.max_frame_size
         self._streams: dict[int, H2Stream] = {}
         self._failure: ConnectionLost | None = None
         self._outbox: list[bytes] = []
@@ -543,7 +549,11 @@ class H2Connection:
                 )
                 if room <= 0:
                     await self.flush()
-                    await self._window.park()
+                    # Credit may have arrived while flushing, or the call may have ended
+                    # (their wake-ups found nobody parked): look again before waiting.
+                    self._check_sendable(stream)
+                    if self._h2.local_flow_control_window(sid) <= 0:
+                        await self._window.park()
                     continue
                 chunk, payload = payload[:room], payload[room:]
                 self._h2.send_data(sid, chunk, end_stream=end and not payload)
@@ -560,6 +570,12 @@ class H2Connection:
             raise again(self._failure)
         if stream.failure is not None:
             raise again(stream.failure)
+        if stream.client and stream.remote_ended and stream.trailers is not None:
+            # The server ended the call while this side was still sending (a message
+            # refused at its header): the call's status says why.
+            raise status_from_headers(stream.trailers) or ConnectionLost(
+                "the server ended the call before this side had sent everything"
+            )
         if stream.local_ended:
             raise ConnectionLost("this side already ended the stream")
 
@@ -824,6 +840,8 @@ class H2Connection:
         if stream is not None:
             stream.local_ended = True
             stream._on_reset(event.error_code)
+            # A sender waiting for this stream's flow-control window must stop waiting.
+            self._window.unpark_all()
 
     def _on_window(self, event: Any) -> None:
         self._window.unpark_all()

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 import trio
 
+from ...protocol._wire import WIRE_LEN, WIRE_VARINT, encode_varint, read_varint, skip_field
 from ._backend import Handler, ServerCall
 from ._handshake import HEALTH_CHECK, HEALTH_WATCH
 from ._status import GrpcError, Status
@@ -39,55 +40,17 @@ class ServingStatus(enum.IntEnum):
     SERVICE_UNKNOWN = 3
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data):
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def _write_varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def _fields(data: bytes) -> dict[int, Any]:
     """Last value of each field number; unknown fields of any wire type are skipped."""
     found: dict[int, Any] = {}
-    pos = 0
-    while pos < len(data):
-        key, pos = _read_varint(data, pos)
-        number, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            found[number], pos = _read_varint(data, pos)
-        elif wire_type == 2:
-            length, pos = _read_varint(data, pos)
-            if pos + length > len(data):
-                raise ValueError("truncated length-delimited field")
-            found[number], pos = data[pos : pos + length], pos + length
-        elif wire_type == 1:
-            pos += 8
-        elif wire_type == 5:
-            pos += 4
-        else:
-            raise ValueError(f"unsupported wire type {wire_type}")
-    if pos != len(data):
-        raise ValueError("truncated fixed-width field")
+    pos, end = 0, len(data)
+    while pos < end:
+        key, pos = read_varint(data, pos, end)
+        start, pos = skip_field(data, pos, end, key)
+        if key & 7 == WIRE_VARINT:
+            found[key >> 3] = read_varint(data, start, pos)[0]
+        elif key & 7 == WIRE_LEN:
+            found[key >> 3] = data[start:pos]
     return found
 
 
@@ -101,7 +64,7 @@ class HealthCheckRequest:
         if not self.service:
             return b""
         raw = self.service.encode("utf-8")
-        return b"\x0a" + _write_varint(len(raw)) + raw
+        return b"\x0a" + encode_varint(len(raw)) + raw
 
     @classmethod
     def FromString(cls, data: bytes) -> HealthCheckRequest:
@@ -120,7 +83,7 @@ class HealthCheckResponse:
     def SerializeToString(self) -> bytes:
         if not self.status:
             return b""
-        return b"\x08" + _write_varint(int(self.status))
+        return b"\x08" + encode_varint(int(self.status))
 
     @classmethod
     def FromString(cls, data: bytes) -> HealthCheckResponse:

@@ -143,6 +143,9 @@ class JoinMux(Generic[_R]):
             ValueError: ``request_id`` is already in flight.
             GrpcError, ConnectionLost, or the decode error: the stream failed.
         """
+        # A caller cancelled before it starts sends nothing: the env must not step for a
+        # request nobody will read the answer of.
+        await trio.lowlevel.checkpoint_if_cancelled()
         if self._failure is not None:
             raise again(self._failure)
         if request_id in self._pending:

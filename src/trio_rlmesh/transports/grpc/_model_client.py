@@ -18,7 +18,6 @@ import betterproto2
 import trio
 
 from ..._errors import Error, ModelError, ProtocolError, SpecError
-from ...model._handler import RouteNeeds
 from ...model._wire import wire_error_to_model
 from ...protocol import (
     COMPONENT_MODEL,
@@ -295,39 +294,16 @@ class ModelClientRuntimeModel:
         return True
 
     async def resolve(
-        self,
-        env_id: str,
-        env_spec: core_v1.EnvSpec,
-        *,
-        session_id: str = "",
-        execution_horizon: int = 1,
-        delivers_history: bool = True,
-        workflow_edition: str | None = None,
-    ) -> RouteNeeds:
-        """ResolveAdapter for ``env_id`` (request id ``<env_id>:resolve_adapter``).
-
-        Sets :attr:`wants_history` from the answer.
+        self, request: model_v1.ResolveAdapterRequest
+    ) -> model_v1.ResolveAdapterResponse:
+        """ResolveAdapter on the server; sets :attr:`wants_history` from the answer.
 
         Raises:
             ModelError: the model refused the route.
         """
-        edition = workflow_edition or highest_shared_edition(
-            self.client.supported_workflow_editions, SUPPORTED_WORKFLOW_EDITIONS
-        )
-        response = await self.client.resolve_adapter(
-            model_v1.ResolveAdapterRequest(
-                context=model_v1.AdapterContext(
-                    session_id=session_id, env_id=env_id, request_id=f"{env_id}:resolve_adapter"
-                ),
-                env_spec=env_spec,
-                selected_workflow_edition=edition or "",
-                execution_horizon=max(1, execution_horizon),
-                delivers_history=delivers_history,
-            )
-        )
-        history = tuple(response.history.keys) if response.history is not None else None
-        self._wants_history = history is not None
-        return RouteNeeds(history=history, native_chunk=response.native_chunk)
+        response = await self.client.resolve_adapter(request)
+        self._wants_history = response.history is not None
+        return response
 
     async def predict(self, request: model_v1.PredictRequest) -> ModelPrediction:
         return await self.client.predict(request)

@@ -33,16 +33,19 @@ from ...model._handler import (
     ModelHandler,
     ModelObservation,
     PredictFrames,
-    ResolveOptions,
     RouteContract,
 )
-from ...model._wire import encode_frames, model_error_to_wire, observation_from_request
+from ...model._wire import (
+    encode_frames,
+    model_error_to_wire,
+    observation_from_request,
+    resolve_route,
+)
 from ...protocol import (
     CAP_CONCURRENT_PREDICT,
     CAP_OBSERVATION_HISTORY,
     CAPABILITY_TRUE,
     COMPONENT_MODEL,
-    SUPPORTED_WORKFLOW_EDITIONS,
     model_v1,
 )
 from ...runtime._worker import UserCode
@@ -106,49 +109,10 @@ class _ModelCore:
     async def resolve(
         self, request: model_v1.ResolveAdapterRequest
     ) -> model_v1.ResolveAdapterResponse:
-        context = request.context
-        if context is None:
-            raise _invalid("resolve_adapter missing context")
-        if not context.env_id:
-            raise _invalid("resolve_adapter missing env_id")
-        if request.env_spec is None:
-            raise _invalid("resolve_adapter missing env_spec")
-        pin = request.selected_workflow_edition.strip()
-        if pin and pin not in SUPPORTED_WORKFLOW_EDITIONS:
-            raise _invalid(
-                f"selected workflow edition {pin} is not supported: this model endpoint does "
-                f"not implement it (supported: {', '.join(SUPPORTED_WORKFLOW_EDITIONS)})"
-            )
-        if not pin and len(SUPPORTED_WORKFLOW_EDITIONS) != 1:
-            raise _invalid("resolve_adapter must pin a workflow edition")
-        try:
-            contract = RouteContract.from_env_spec(request.env_spec)
-        except Error as exc:
-            raise _invalid(f"invalid env spec: {exc}") from exc
-        horizon = max(1, request.execution_horizon)
-        setup = self.handler.route_setup()
-        needs = None
-        if setup is not None:
-            # Outside the handler lock, as the reference does: the route setup syncs itself.
-            needs = await setup.resolve_adapter(
-                context.env_id, contract, ResolveOptions(horizon, request.delivers_history)
-            )
-        history = needs is not None and needs.history is not None
-        if history and not request.delivers_history:
-            raise ModelError(
-                f"model {self.name!r} needs observation history, but the runtime did not offer "
-                f"it (delivers_history) at execution_horizon={horizon}",
-                code="INTERNAL",
-            )
-        self.routes[context.env_id] = _Route(contract, history)
-        response = model_v1.ResolveAdapterResponse()
-        if needs is not None and needs.native_chunk is not None:
-            response.native_chunk = needs.native_chunk
-        if history:
-            assert needs is not None
-            assert needs.history is not None
-            response.history = model_v1.ObservationHistoryNeeds(keys=list(needs.history))
-        return response
+        route = await resolve_route(self.handler, request, model=self.name)
+        assert request.context is not None
+        self.routes[request.context.env_id] = _Route(route.contract, route.history)
+        return route.response
 
     def _prepare(self, request: model_v1.PredictRequest) -> ModelObservation:
         env_id = request.context.env_id if request.context is not None else ""

@@ -100,6 +100,7 @@ class TrioChannel:
         self._nursery = nursery
         self._conn: H2Connection | None = None
         self._connecting = trio.Lock()
+        self._closed = False
 
     @property
     def connection(self) -> H2Connection | None:
@@ -114,7 +115,13 @@ class TrioChannel:
             conn = self._conn
             if conn is not None and conn.failure is None:
                 return conn
+            self._check_open()
             transport = await connect(self.address)
+            try:
+                self._check_open()  # closed while connecting
+            except ConnectionLost:
+                await trio.aclose_forcefully(transport)
+                raise
             authority = self.address.authority if self.address.kind == "tcp" else "localhost"
             conn = H2Connection(
                 transport,
@@ -126,6 +133,10 @@ class TrioChannel:
             await self._nursery.start(_run_connection, conn)
             self._conn = conn
             return conn
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConnectionLost(f"the channel to {self.label} is closed")
 
     async def open_call(
         self,
@@ -150,6 +161,7 @@ class TrioChannel:
         return await unary_call(self, path, request, metadata, timeout)
 
     async def aclose(self) -> None:
+        self._closed = True
         conn, self._conn = self._conn, None
         if conn is not None:
             with trio.CancelScope(shield=True):
@@ -157,7 +169,10 @@ class TrioChannel:
 
 
 async def _run_connection(conn: H2Connection, *, task_status: trio.TaskStatus[None]) -> None:
-    await conn.run(task_status=task_status)
+    # Shielded: when the caller's block is cancelled, its cleanup (an env client's Close)
+    # still has a connection; the channel's aclose (always run) ends it.
+    with trio.CancelScope(shield=True):
+        await conn.run(task_status=task_status)
 
 
 # ------------------------------------------------------------------------------ server
@@ -343,10 +358,11 @@ class TrioBackend:
         """Serve ``handlers`` on ``address`` for the duration of the block."""
         listeners, bound = await _listen(parse_bind_address(address))
         server = TrioServer(listeners, bound, handlers, settings)
-        # Shielded: cancelling the server's owner must let it drain and answer every open
-        # call with a status first (the owner's finally); shutdown() ends it all, bounded.
-        async with shielded_nursery() as nursery:
-            nursery.start_soon(server.accept_loop, nursery)
+        # Connections (and the calls on them) live in a shielded nursery: a stop arrives as
+        # a cancellation of this block, and the calls must outlive it until shutdown() has
+        # drained them and given each its status.
+        async with background_nursery() as nursery, shielded_nursery() as connections:
+            nursery.start_soon(server.accept_loop, connections)
             try:
                 yield server
             finally:

@@ -27,11 +27,9 @@ from ...model._handler import (
     ModelHandler,
     ModelObservation,
     PredictFrames,
-    ResolveOptions,
     RouteContract,
-    RouteNeeds,
 )
-from ...model._wire import encode_frames, observation_from_request
+from ...model._wire import encode_frames, observation_from_request, resolve_route
 from ...protocol import core_v1, model_v1
 from ...protocol._spacespec import EnvContractInfo, read_env_contract
 from ...runtime._interfaces import EndpointTimings, ModelPrediction
@@ -62,7 +60,8 @@ class ModelHandlerRuntimeModel:
         handler: a :class:`~trio_rlmesh.model.ModelHandler`, or a model object that
             :func:`~trio_rlmesh.model.as_handler` accepts.
         contract: the env's contract (decoded, a wire ``EnvContract``, or a
-            :class:`~trio_rlmesh.model.RouteContract`).
+            :class:`~trio_rlmesh.model.RouteContract`); ``None`` until :meth:`resolve`
+            takes it from the route's env spec.
         wants_history: whether the route negotiated observation history (the driver then
             sends history rows). :meth:`resolve` sets it from the route's answer.
         name: how errors name the model (default: the handler's ``name`` or class).
@@ -76,14 +75,16 @@ class ModelHandlerRuntimeModel:
     def __init__(
         self,
         handler: ModelHandler | object,
-        contract: RouteContract | EnvContractInfo | core_v1.EnvContract,
+        contract: RouteContract | EnvContractInfo | core_v1.EnvContract | None = None,
         *,
         wants_history: bool = False,
         name: str | None = None,
         user_code: UserCode | None = None,
     ) -> None:
         self.handler: ModelHandler = as_handler(handler, user_code=user_code)
-        self.contract = _as_route_contract(contract)
+        self.contract: RouteContract | None = (
+            _as_route_contract(contract) if contract is not None else None
+        )
         self.name = name or _handler_name(self.handler)
         self._wants_history = wants_history
         # The driver may evict episodes while a grouped predict is being prepared; the
@@ -100,27 +101,32 @@ class ModelHandlerRuntimeModel:
         return True
 
     async def resolve(
-        self, env_id: str, *, execution_horizon: int = 1, delivers_history: bool = True
-    ) -> RouteNeeds:
-        """Resolve the route before driving, as the served path does at ResolveAdapter.
+        self, request: model_v1.ResolveAdapterRequest
+    ) -> model_v1.ResolveAdapterResponse:
+        """Resolve the route before driving, with the rules of the served path
+        (:func:`~trio_rlmesh.model._wire.resolve_route`): the same validation, the same
+        route setup call, the same refusals.
 
-        Sets :attr:`wants_history` from the answer.
+        Sets :attr:`contract` from the route's env spec and :attr:`wants_history` from the
+        answer.
 
         Raises:
-            ModelError: the model refused the route (``recoverable`` kept).
+            ModelError: the request was malformed or the model refused the route
+                (``recoverable`` kept).
         """
-        setup = self.handler.route_setup()
-        if setup is None:
-            return RouteNeeds()
-        options = ResolveOptions(execution_horizon, delivers_history)
-        try:
-            needs = await setup.resolve_adapter(env_id, self.contract, options)
-        except Error as exc:
-            raise self._wrap(exc, env_id, "model.resolve_adapter") from exc
-        except Exception as exc:
-            raise self._wrap(exc, env_id, "model.resolve_adapter") from exc
-        self._wants_history = needs.history is not None
-        return needs
+        route = await resolve_route(self.handler, request, model=self.name)
+        self.contract = route.contract
+        self._wants_history = route.history
+        return route.response
+
+    def _route_contract(self) -> RouteContract:
+        if self.contract is None:
+            raise ModelError(
+                f"model {self.name!r} was asked to predict before its route was resolved",
+                operation="model.predict",
+                code="INTERNAL",
+            )
+        return self.contract
 
     def _wrap(self, exc: BaseException, env_id: str, operation: str) -> ModelError:
         if isinstance(exc, ModelError) and f"env {env_id!r}" in exc.message:
@@ -208,7 +214,9 @@ class ModelHandlerRuntimeModel:
         prepared: list[ModelObservation | Error] = []
         for request in requests:
             try:
-                prepared.append(observation_from_request(request, self.contract, model=self.name))
+                prepared.append(
+                    observation_from_request(request, self._route_contract(), model=self.name)
+                )
             except Error as exc:
                 prepared.append(exc)
         return prepared, [group for group in prepared if isinstance(group, ModelObservation)]
@@ -253,7 +261,7 @@ class ModelHandlerRuntimeModel:
             try:
                 actions = encode_frames(
                     answer,
-                    self.contract.action_space,
+                    self._route_contract().action_space,
                     group.num_envs,
                     model=self.name,
                     env_id=group.env_id,

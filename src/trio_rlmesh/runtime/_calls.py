@@ -1,0 +1,380 @@
+"""The driver's endpoint calls: deadlines, background calls, prefetches and fused predicts.
+
+Everything here is I/O the driver's loop delegates; the rules of *what* to call live in
+the pure machines (:mod:`._episodes`, :mod:`._plans`).
+
+* :class:`Call` runs one env or model operation under its limit and gives its errors
+  their context. An endpoint that enforces the request's ``timeout_ms`` itself is bounded only
+  by ``limit + grace``, so its own timeout answer reaches the caller; every other call
+  is cut off exactly at its limit, and a synchronous answer that comes back late is a
+  timeout too.
+* :class:`Background` runs ``reset_adapter`` evictions without blocking the loop.
+* :class:`Prefetch` is one predict running ahead of the replayed frames.
+* :class:`PredictBatcher` fuses the predicts of lanes that wait at the same time into
+  one call of the function it is given.
+* :func:`check_prediction`, :func:`observation_of` and :func:`env_lane` check answers
+  and give their errors the env's lane.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+import trio
+
+from .._errors import Error, OperationTimeout, ProtocolError
+from ..protocol import model_v1, spaces_v1
+from ._advisories import FailureLog
+from ._interfaces import ModelPrediction, RuntimeEnv, RuntimeModel
+from ._telemetry import TelemetryRecorder
+
+__all__ = [
+    "Background",
+    "Call",
+    "Outcome",
+    "PredictBatcher",
+    "Prefetch",
+    "check_prediction",
+    "deadline_scope",
+    "env_lane",
+    "fmt_seconds",
+    "is_cancellation",
+    "observation_of",
+]
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+_K = TypeVar("_K")
+
+Outcome = ModelPrediction | Error
+"""What one predict of a fused group came to."""
+
+
+def deadline_scope(seconds: float | None) -> trio.CancelScope:
+    if seconds is None:
+        return trio.CancelScope()
+    return trio.CancelScope(deadline=trio.current_time() + seconds)
+
+
+def fmt_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "no deadline"
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    return f"{seconds:g}s"
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    if isinstance(exc, trio.Cancelled):
+        return True
+    # An exception group (builtin from 3.11, the backport before): duck-typed on purpose.
+    inner = getattr(exc, "exceptions", None)
+    if isinstance(inner, tuple) and inner:
+        return all(isinstance(e, BaseException) and is_cancellation(e) for e in inner)
+    return False
+
+
+class Call(Generic[_R, _T]):
+    """One endpoint operation (``env.step``, ...), bound once to its method and its limit.
+
+    Calling it runs ``method(request)`` under the limit and gives errors their context.
+    ``finished`` is the clock reading taken when the last call returned: the driver
+    times the call (and dates what follows) from it instead of reading the clock again;
+    read it before the next checkpoint, since concurrent lanes share the object.
+    """
+
+    __slots__ = (
+        "error_class",
+        "finished",
+        "grace",
+        "inline",
+        "limit",
+        "method",
+        "now",
+        "op",
+        "route",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        op: str,
+        limit: str,
+        timeout: float | None,
+        method: Callable[[_R], Awaitable[_T]],
+        inline: Callable[[_R], _T | None] | None = None,
+        *,
+        error_class: type[Error],
+        route: str,
+        grace: float = 0.0,
+        now: Callable[[], float] = trio.current_time,
+    ) -> None:
+        self.op = op
+        self.limit = limit
+        """The ``RuntimeLimits`` field a timeout names."""
+        self.timeout = timeout
+        self.method = method
+        self.inline = inline
+        """The endpoint's synchronous form of the call, if it has one."""
+        self.error_class = error_class
+        """What a foreign exception is wrapped into."""
+        self.route = route
+        self.grace = grace
+        """How long past ``timeout`` an endpoint that enforces deadlines itself may take."""
+        self.now = now
+        self.finished = 0.0
+
+    async def __call__(self, request: _R, lane: int | None, step: int, started: float) -> _T:
+        """``method(request)``, bounded by ``timeout + grace`` from ``started``.
+
+        ``inline``, when set, answers ``None`` when it cannot serve the call synchronously
+        right now, and ``method`` runs instead. A synchronous answer never reaches a
+        checkpoint, so no cancel scope could interrupt it; it gets the same late-answer
+        check as an endpoint that blocks the event loop inside ``method``. Skipping the
+        scope (and, without a deadline, skipping it for ``method`` too) keeps the
+        in-process path cheap: entering and leaving a cancel scope costs more than a
+        Gymnasium step.
+        """
+        op, timeout, inline = self.op, self.timeout, self.inline
+        deadline = math.inf if timeout is None else started + timeout + self.grace
+        timed_out = False
+        try:
+            answer = inline(request) if inline is not None else None
+            if answer is not None:
+                result = answer
+            elif timeout is None:
+                result = await self.method(request)
+            else:
+                with trio.CancelScope(deadline=deadline) as scope:
+                    result = await self.method(request)
+                timed_out = scope.cancelled_caught
+        except Error as exc:
+            # Keep the endpoint's own class, code and chain: only fill in the context.
+            exc.with_context(operation=op, step=step, lane=lane)
+            raise
+        except Exception as exc:
+            raise self.error_class(
+                f"{op} failed at runtime step {step}: {type(exc).__name__}: {exc}",
+                operation=op,
+                step=step,
+                lane=lane,
+            ) from exc
+        self.finished = end = self.now()
+        if not timed_out and end <= deadline:
+            return result
+        where = f" on lane {lane}" if lane is not None else ""
+        grace = self.grace
+        beyond = f" (nor within its own deadline's {fmt_seconds(grace)} grace)" if grace else ""
+        raise OperationTimeout(
+            f"{op} timed out after {fmt_seconds(timeout)}{beyond} on route {self.route}{where} "
+            f"at runtime step {step}; raise RuntimeLimits.{self.limit} if it needs longer",
+            timeout=timeout,
+            operation=op,
+            step=step,
+            lane=lane,
+        )
+
+
+def env_lane(error: Error, lanes: tuple[int, ...]) -> None:
+    """Turn the lane a model endpoint named (a row of its request) into the env lane.
+
+    A predict request's rows are the group's lanes in order, so row ``i`` is
+    ``lanes[i]``: the identity on a lockstep group, lane ``k`` for lane ``k``'s one-row
+    group. A lane that is already the env's (row 0 of lane 0) maps to itself.
+    """
+    if error.lane is not None and 0 <= error.lane < len(lanes):
+        error.lane = lanes[error.lane]
+
+
+def observation_of(value: spaces_v1.SpaceValue | None, op: str, step: int) -> spaces_v1.SpaceValue:
+    """An env answer's observation; an answer without one is a :class:`ProtocolError`."""
+    if value is None:
+        raise ProtocolError(f"{op} answered without an observation", operation=op, step=step)
+    return value
+
+
+def check_prediction(
+    request: model_v1.PredictRequest,
+    prediction: ModelPrediction,
+    component: str,
+    step: int,
+    lane: int | None,
+) -> None:
+    """Refuse an answer for another route, or one with no frame (:class:`ProtocolError`)."""
+    response = prediction.response
+    assert request.context is not None
+    # An in-process model echoes the request's own context object: skip the field compare.
+    if response.context is not request.context and (
+        response.context is None or response.context != request.context
+    ):
+        raise ProtocolError(
+            f"model endpoint {component} returned mismatched route identity for request "
+            f"{request.context.request_id}",
+            operation="model.predict",
+            step=step,
+            lane=lane,
+        )
+    if not response.actions:
+        raise ProtocolError(
+            f"model endpoint {component} returned a predict response with no actions",
+            operation="model.predict",
+            step=step,
+            lane=lane,
+        )
+
+
+class Background:
+    """Calls the loop never waits for (``reset_adapter``); the run's end drains them."""
+
+    def __init__(
+        self,
+        model: RuntimeModel,
+        timeout: float | None,
+        failures: FailureLog,
+        telemetry: TelemetryRecorder,
+    ) -> None:
+        self._model = model
+        self._timeout = timeout
+        self._failures = failures
+        self._telemetry = telemetry
+        self._pending = 0
+        self._idle = trio.Event()
+
+    def reset_adapter(self, nursery: trio.Nursery, request: model_v1.ResetAdapterRequest) -> None:
+        if self._pending == 0:
+            self._idle = trio.Event()
+        self._pending += 1
+        nursery.start_soon(self._reset_adapter, request)
+
+    async def _reset_adapter(self, request: model_v1.ResetAdapterRequest) -> None:
+        timeout = self._timeout
+        try:
+            started = trio.current_time()
+            with deadline_scope(timeout) as scope:
+                try:
+                    await self._model.reset_adapter(request)
+                except Exception as exc:
+                    self._failures.note("reset_adapter", f"{type(exc).__name__}: {exc}")
+                    return
+            if scope.cancelled_caught:
+                self._failures.note("reset_adapter", f"timed out after {fmt_seconds(timeout)}")
+                return
+            ms = (trio.current_time() - started) * 1e3
+            self._telemetry.record("model.reset_adapter", "rpc.total", ms)
+        finally:
+            self._pending -= 1
+            if self._pending == 0:
+                self._idle.set()
+
+    async def drain(self, bound: float | None) -> None:
+        """Wait (at most ``bound`` seconds) for every pending call."""
+        if self._pending:
+            with deadline_scope(bound):
+                await self._idle.wait()
+
+
+async def release_model(
+    model: RuntimeModel,
+    request: model_v1.ReleaseAdapterRequest,
+    bound: float | None,
+    failures: FailureLog,
+) -> None:
+    """``release_adapter`` bounded by ``bound``; a failure is noted, never raised."""
+    with deadline_scope(bound) as scope:
+        try:
+            await model.release_adapter(request, math.inf if bound is None else bound)
+        except Exception as exc:
+            failures.note("release_adapter", f"{type(exc).__name__}: {exc}")
+    if scope.cancelled_caught:
+        failures.note("release_adapter", f"timed out after {fmt_seconds(bound)}")
+
+
+async def close_env(env: RuntimeEnv, bound: float | None, failures: FailureLog) -> None:
+    """``env.close`` bounded by ``bound``; a failure is noted, never raised."""
+    with deadline_scope(bound) as scope:
+        try:
+            await env.close(math.inf if bound is None else bound)
+        except Exception as exc:
+            failures.note("env_close", f"{type(exc).__name__}: {exc}")
+    if scope.cancelled_caught:
+        failures.note("env_close", f"timed out after {fmt_seconds(bound)}")
+
+
+class Prefetch:
+    """A predict running ahead while the last frames of the current chunk replay."""
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.done = trio.Event()
+        self.outcome: Outcome | None = None
+
+    async def run(self, predict: Callable[[_R], Awaitable[ModelPrediction]], request: _R) -> None:
+        with self.scope:
+            try:
+                self.outcome = await predict(request)
+            except Error as exc:
+                self.outcome = exc
+        self.done.set()
+
+    async def result(self) -> ModelPrediction:
+        await self.done.wait()
+        if isinstance(self.outcome, Error):
+            raise self.outcome
+        if self.outcome is None:  # pragma: no cover - only a dropped prefetch ends unset
+            raise ProtocolError("a prefetched predict was abandoned")
+        return self.outcome
+
+
+class _Waiter(Generic[_K]):
+    __slots__ = ("done", "key", "outcome", "request")
+
+    def __init__(self, request: model_v1.PredictRequest, key: _K) -> None:
+        self.request = request
+        self.key = key
+        self.done = trio.Event()
+        self.outcome: Outcome | None = None
+
+
+FusedPredict = Callable[
+    [Sequence[model_v1.PredictRequest], Sequence[_K]], Awaitable[Sequence[Outcome]]
+]
+
+
+class PredictBatcher(Generic[_K]):
+    """Fuses the predicts of lanes that wait at the same time into one ``fused`` call.
+
+    ``fused(requests, keys)`` answers one outcome per request, in order, and raises
+    nothing: a failure is an :class:`~trio_rlmesh.Error` in its request's place. ``key``
+    is whatever the caller needs back to tell the requests apart (the driver's plan).
+    """
+
+    def __init__(self, fused: FusedPredict[_K]) -> None:
+        self._fused = fused
+        self._pending: list[_Waiter[_K]] = []
+        self._wakeup = trio.Event()
+
+    async def submit(self, request: model_v1.PredictRequest, key: _K) -> ModelPrediction:
+        waiter = _Waiter(request, key)
+        self._pending.append(waiter)
+        self._wakeup.set()
+        await waiter.done.wait()
+        if isinstance(waiter.outcome, Error):
+            raise waiter.outcome
+        assert waiter.outcome is not None
+        return waiter.outcome
+
+    async def serve(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            # One more scheduling pass lets lanes woken in the same batch join this group.
+            await trio.lowlevel.checkpoint()
+            batch, self._pending = self._pending, []
+            if not batch:
+                continue
+            outcomes = await self._fused([w.request for w in batch], [w.key for w in batch])
+            for waiter, outcome in zip(batch, outcomes, strict=True):
+                waiter.outcome = outcome
+                waiter.done.set()

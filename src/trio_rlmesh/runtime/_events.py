@@ -1,0 +1,201 @@
+"""What a run tells its hooks: each event built from the run's state and fired.
+
+:class:`RunEvents` is the driver's one way to the hooks. It builds an event only when a
+hook that receives it is overridden (the per-step ones cost nothing otherwise), turns a
+transform's exception into :class:`~trio_rlmesh.HookError`, and bounds the end-of-run
+hooks by ``service_close_timeout``. The events and their order are documented in
+:mod:`._hooks`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from .._errors import HookError
+from ..protocol import spaces_v1
+from ._calls import deadline_scope
+from ._episodes import EpisodeBook, EpisodeEnd, PlannedEpisode
+from ._hooks import (
+    ActionReceived,
+    EpisodeCompleted,
+    EpisodeStarted,
+    HookDispatcher,
+    ObservationEmitted,
+    RuntimeHooks,
+    SessionEnded,
+    SessionFailed,
+    SessionStarted,
+    StepCompleted,
+    Telemetry,
+)
+from ._plans import ActionPlan
+from ._spec import RuntimeSessionSpec
+from ._telemetry import Horizon, TelemetryRecorder, TelemetryRow
+
+__all__ = ["RunEvents"]
+
+
+class RunEvents:
+    """Builds one run's hook events from its book and plans, and fires them."""
+
+    def __init__(
+        self, hooks: RuntimeHooks | None, spec: RuntimeSessionSpec, book: EpisodeBook
+    ) -> None:
+        self.dispatcher = dispatcher = HookDispatcher(hooks)
+        wants = dispatcher.wants
+        # Looked up once: the per-step payload hooks build no event unless overridden.
+        self.observes_observations = wants("transform_observation") or wants("observation_emitted")
+        self.observes_actions = wants("transform_action") or wants("action_received")
+        self.observes_steps = wants("step_completed")
+        self.wants_telemetry = wants("on_telemetry")
+        self._session_id = spec.session_id
+        self._env_id = spec.env_id
+        self._bound = spec.limits.service_close_timeout
+        self._book = book
+
+    @property
+    def errors(self) -> int:
+        """Observer hooks that raised (logged, counted, and the run went on)."""
+        return self.dispatcher.errors
+
+    async def session_started(self, num_envs: int, lanes_step_individually: bool) -> None:
+        event = SessionStarted(self._session_id, self._env_id, num_envs, lanes_step_individually)
+        await self.dispatcher.fire("session_started", event)
+
+    async def episodes_started(self, planned: Sequence[PlannedEpisode], auto_reset: bool) -> None:
+        for p in planned:
+            event = EpisodeStarted(
+                self._session_id,
+                self._env_id,
+                p.episode_id,
+                p.index,
+                p.env_index,
+                p.seed,
+                p.trial,
+                auto_reset,
+            )
+            await self.dispatcher.fire("episode_started", event)
+
+    async def step_completed(
+        self, lanes: tuple[int, ...], rewards: Sequence[float], total_steps: int
+    ) -> None:
+        book = self._book
+        event = StepCompleted(
+            self._session_id,
+            self._env_id,
+            lanes,
+            tuple(book.step_ids(lanes)),
+            book.slots[lanes[0]].steps,
+            tuple(rewards),
+            total_steps,
+        )
+        await self.dispatcher.fire("step_completed", event)
+
+    async def episodes_completed(self, ends: Sequence[EpisodeEnd]) -> None:
+        """The counted ones: an episode past ``max_episodes`` is not reported."""
+        for end in ends:
+            completion = end.completion
+            if completion is not None:
+                event = EpisodeCompleted(
+                    self._session_id, self._env_id, completion.record, completion.final_info
+                )
+                await self.dispatcher.fire("episode_completed", event)
+
+    async def observation(self, plan: ActionPlan[Any], step: int) -> None:
+        """``transform_observation`` (its leaves replace the plan's), ``observation_emitted``."""
+        book, lanes = self._book, plan.lanes
+        event = ObservationEmitted(
+            self._session_id,
+            self._env_id,
+            lanes,
+            tuple(e for e, _ in book.episode_info(lanes)),
+            book.slots[lanes[0]].steps,
+            plan.is_reset,
+            tuple(plan.observation.leaves),
+        )
+        replaced = await self._transform("transform_observation", event, plan.lane, step)
+        if replaced is not None:
+            plan.replace_observation(spaces_v1.SpaceValue(leaves=list(replaced)))
+            event = attrs.evolve(event, observation=replaced)
+        await self.dispatcher.fire("observation_emitted", event)
+
+    async def action(
+        self, plan: ActionPlan[Any], frame: spaces_v1.SpaceValue, replayed: bool, step: int
+    ) -> spaces_v1.SpaceValue:
+        """``transform_action``, ``action_received``; returns the frame to send."""
+        book, lanes = self._book, plan.lanes
+        event = ActionReceived(
+            self._session_id,
+            self._env_id,
+            lanes,
+            tuple(book.step_ids(lanes)),
+            book.slots[lanes[0]].steps + 1,
+            replayed,
+            tuple(frame.leaves),
+        )
+        replaced = await self._transform("transform_action", event, plan.lane, step)
+        if replaced is not None:
+            frame = spaces_v1.SpaceValue(leaves=list(replaced))
+            event = attrs.evolve(event, action=replaced)
+        await self.dispatcher.fire("action_received", event)
+        return frame
+
+    async def _transform(
+        self, name: str, event: Any, lane: int | None, step: int
+    ) -> tuple[bytes, ...] | None:
+        try:
+            replaced = await self.dispatcher.transform(name, event)
+        except Exception as exc:
+            raise HookError(
+                f"runtime hook {name} failed: {type(exc).__name__}: {exc}",
+                operation=f"hooks.{name}",
+                step=step,
+                lane=lane,
+            ) from exc
+        return None if replaced is None else tuple(replaced)
+
+    async def tick(self, telemetry: TelemetryRecorder, window: float) -> None:
+        """Every ``window`` seconds, the window's telemetry (until cancelled)."""
+        while True:
+            await trio.sleep(window)
+            rows = telemetry.snapshot("window")
+            telemetry.flush_window()
+            if rows:
+                await self._telemetry("window", tuple(rows))
+
+    async def session_ended(
+        self, status: str, reason: str | None, total_steps: int, total_episodes: int
+    ) -> None:
+        event = SessionEnded(
+            self._session_id, self._env_id, status, reason, total_steps, total_episodes
+        )
+        await self._bounded("session_ended", event)
+
+    async def session_failed(
+        self,
+        reason: str,
+        error: BaseException | None,
+        total_steps: int,
+        total_episodes: int,
+    ) -> None:
+        event = SessionFailed(
+            self._session_id, self._env_id, reason, error, total_steps, total_episodes
+        )
+        await self._bounded("session_failed", event)
+
+    async def session_telemetry(self, rows: tuple[TelemetryRow, ...]) -> None:
+        with deadline_scope(self._bound):
+            await self._telemetry("session", rows)
+
+    async def _telemetry(self, horizon: Horizon, rows: tuple[TelemetryRow, ...]) -> None:
+        await self.dispatcher.fire(
+            "on_telemetry", Telemetry(self._session_id, self._env_id, horizon, rows)
+        )
+
+    async def _bounded(self, name: str, event: object) -> None:
+        with deadline_scope(self._bound):
+            await self.dispatcher.fire(name, event)
