@@ -446,22 +446,13 @@ async def test_no_deadline_at_all() -> None:
 
 
 async def test_an_observation_over_16_kib() -> None:
+    """A reply larger than one HTTP/2 frame (an 84x84x3 image)."""
     image = gym.wrappers.TransformObservation(
         EchoEnv(),
         lambda obs: np.full((84, 84, 3), int(obs[0]) % 256, np.uint8),
         gym.spaces.Box(0, 255, (84, 84, 3), np.uint8),
     )
-    failure: trio_rlmesh.TransportError | None = None
-    async with served(image) as address:
-        try:
-            async with open_remote_env(address) as env:
-                obs, _ = await env.reset(seed=3)
-        except trio_rlmesh.TransportError as exc:
-            failure = exc
-    if failure is not None and "overlong frame" in str(failure):
-        # Known transports.grpc bug: a reply over 16 KiB arrives in one HTTP/2 frame larger
-        # than the client's max frame size, from our server and from rlmesh's alike.
-        pytest.xfail(f"transports.grpc: {failure}")
-    assert failure is None
-    assert obs.shape == (84, 84, 3)
-    assert int(obs[0, 0, 0]) == 3
+    async with served(image) as address, open_remote_env(address) as env:
+        obs, _ = await env.reset(seed=3)
+        assert obs.shape == (84, 84, 3)
+        assert int(obs[0, 0, 0]) == 3
