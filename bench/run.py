@@ -1,11 +1,12 @@
 """Side-by-side benchmark of trio-rlmesh and RLMesh 0.1.0 (``nox -s bench``).
 
-Usage: ``python bench/run.py [--quick] [--json PATH] [--only 1a,1b,2,3,4,4i,w] [--no-profile]``.
+Usage: ``python bench/run.py [--quick] [--json PATH] [--only 1a,1b,...] [--no-profile]``
+(``--help`` lists the scenarios).
 ``BENCH_QUICK=1`` is the same as ``--quick`` (the whole run in well under a minute).
 
 Every scenario interleaves rounds of the two sides (A B, B A, A B, ...) after one
 discarded warm-up pair, and reports medians over rounds. The machine is shared and
-noisy: read the ratio column, not the absolute numbers. Scenarios 1-3 need rlmesh
+noisy: read the ratio column, not the absolute numbers. Scenarios 1-3 and 6 need rlmesh
 (``rlmesh[gymnasium,numpy]==0.1.0``) and are skipped without it; scenario 4 and the
 profile of scenario 4 need only trio-rlmesh and Gymnasium. See ``bench/README.md``.
 """
@@ -39,11 +40,15 @@ from bench_scenarios import (  # noqa: E402
     run_ours_remote,
     scenario_full_stack,
     scenario_inprocess,
+    scenario_inprocess_vs_rlmesh,
     scenario_single_lane_client,
     scenario_single_lane_server,
 )
+from bench_targets import format_targets  # noqa: E402
 
-ALL_SCENARIOS = ("1a", "1b", "2", "3", "4", "4i", "w")
+ALL_SCENARIOS = ("1a", "1b", "1a-grpclib", "1b-grpclib", "2", "3", "4", "4i", "6", "6i", "w")
+REMOTE_SCENARIOS = ("1a", "1b", "1a-grpclib", "1b-grpclib", "2", "3", "6", "6i")
+"""The scenarios that need rlmesh (its env server or its runtime)."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,7 @@ def run_all(
     results: list[Comparison] = []
     profiles: list[Breakdown] = []
     skipped: list[str] = []
-    remote = [s for s in scenarios if s in ("1a", "1b", "2", "3")]
+    remote = [s for s in scenarios if s in REMOTE_SCENARIOS]
     have_rlmesh = rlmesh_version() is not None
     if remote and not have_rlmesh:
         skipped.append(f"scenarios {', '.join(remote)}: rlmesh is not installed")
@@ -115,8 +120,9 @@ def run_all(
 
     from bench_servers import servers
 
-    if "1a" in remote or "1b" in remote:
-        with servers("cartpole", ours="1b" in remote) as addr:
+    single = {"1a", "1b", "1a-grpclib", "1b-grpclib"} & set(remote)
+    if single:
+        with servers("cartpole", ours="1b" in remote, ours_grpclib="1b-grpclib" in remote) as addr:
             if "1a" in remote:
                 _log("scenario 1a: single-lane CartPole, both clients vs rlmesh.EnvServer")
                 result = scenario_single_lane_client(
@@ -154,6 +160,31 @@ def run_all(
                         episodes=sizes.cartpole_episodes,
                         log=_log,
                         warmup=sizes.warmup,
+                    )
+                )
+            if "1a-grpclib" in remote:
+                _log("scenario 1a-grpclib: as 1a, our client on the grpclib backend")
+                results.append(
+                    scenario_single_lane_client(
+                        addr["theirs"],
+                        rounds=sizes.rounds,
+                        episodes=sizes.cartpole_episodes,
+                        log=_log,
+                        warmup=sizes.warmup,
+                        grpc_backend="grpclib",
+                    )
+                )
+            if "1b-grpclib" in remote:
+                _log("scenario 1b-grpclib: as 1b, our serve-env on the grpclib backend")
+                results.append(
+                    scenario_single_lane_server(
+                        addr["ours_grpclib"],
+                        addr["theirs"],
+                        rounds=sizes.rounds,
+                        episodes=sizes.cartpole_episodes,
+                        log=_log,
+                        warmup=sizes.warmup,
+                        grpc_backend="grpclib",
                     )
                 )
     if "2" in remote:
@@ -204,7 +235,7 @@ def run_all(
             episodes = sizes.profile_episodes
             profiles.append(
                 profile_run(
-                    "4: RuntimeDriver + GymEnvRuntimeEnv + ModelHandlerRuntimeModel (CartPole)",
+                    "4: trio_rlmesh.run(model, env) in process (CartPole)",
                     lambda: run_ours_inprocess(episodes=episodes, seeds=list(range(episodes))),
                     lambda sample: sample.steps,
                     unprofiled_us_per_step=_us_per_step(result),
@@ -221,6 +252,18 @@ def run_all(
                 user_code="inline",
             )
         )
+    for scenario, user_code in (("6", "thread"), ("6i", "inline")):
+        if scenario in remote:
+            _log(f"scenario {scenario}: run(model, env) vs rlmesh.run(model, env), in process")
+            results.append(
+                scenario_inprocess_vs_rlmesh(
+                    rounds=sizes.rounds,
+                    episodes=sizes.inprocess_episodes,
+                    log=_log,
+                    warmup=sizes.warmup,
+                    user_code=user_code,
+                )
+            )
     for result in results:
         note = _transport_note(result)
         if note:
@@ -261,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default=",".join(ALL_SCENARIOS),
-        help="comma-separated scenarios (1a,1b,2,3,4,4i,w)",
+        help=f"comma-separated scenarios ({','.join(ALL_SCENARIOS)})",
     )
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile runs")
     args = parser.parse_args(argv)
@@ -309,6 +352,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  note [{result.scenario}]: {note}")
     for reason in skipped:
         print(f"  skipped {reason}")
+    targets = format_targets(results)
+    if targets:
+        print()
+        print(targets)
     for breakdown in profiles:
         print()
         print(breakdown.format())

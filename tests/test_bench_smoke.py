@@ -80,3 +80,44 @@ def test_single_lane_client_scenario_against_rlmesh() -> None:
     _check_side(result.ours)
     _check_side(result.theirs)
     assert result.ours.steps == result.theirs.steps
+
+
+@pytest.mark.interop
+def test_inprocess_run_scenario_against_rlmesh_run() -> None:
+    pytest.importorskip("rlmesh")
+    bench = _load_bench()
+    result = bench.scenario_inprocess_vs_rlmesh(
+        rounds=1, episodes=1, log=lambda _: None, warmup=False, user_code="inline"
+    )
+    _check_side(result.ours)
+    _check_side(result.theirs)
+    # The same env, policy and seed on both sides: the same episode.
+    assert result.ours.steps == result.theirs.steps
+    assert result.ours.mean_reward == result.theirs.mean_reward
+    table = bench.format_table([result])
+    assert "6i-run-inline" in table
+    from bench_targets import format_targets
+
+    assert "6i-run-inline" in format_targets([result])
+
+
+@pytest.mark.interop
+@pytest.mark.network
+def test_grpclib_server_scenario_against_rlmesh() -> None:
+    pytest.importorskip("rlmesh")
+    bench = _load_bench()
+    from bench_servers import servers
+
+    with servers("cartpole", ours=False, ours_grpclib=True) as address:
+        result = bench.scenario_single_lane_server(
+            address["ours_grpclib"],
+            address["theirs"],
+            rounds=1,
+            episodes=1,
+            log=lambda _: None,
+            warmup=False,
+            grpc_backend="grpclib",
+        )
+    assert result.scenario == "1b-grpclib"
+    _check_side(result.ours)
+    assert result.ours.steps == result.theirs.steps
