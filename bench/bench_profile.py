@@ -249,8 +249,8 @@ def profile_run(
         threading.setprofile(None)  # type: ignore[arg-type]
     wall = time.perf_counter() - started
     steps = max(1, steps_of(outcome))
-    # Helper threads have ended by now (workers and the grpclib thread stop with the run); a thread that
-    # is still alive keeps its profiler enabled, and its stats so far are still valid.
+    # Helper threads have ended by now (workers and the grpclib thread stop with the run);
+    # a thread still alive keeps its profiler enabled, and its stats so far are still valid.
     merged: pstats.Stats | None = None
     per_thread: dict[str, float] = {}
     components: dict[str, float] = defaultdict(float)
