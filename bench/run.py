@@ -1,12 +1,12 @@
 """Side-by-side benchmark of trio-rlmesh and RLMesh 0.1.0 (``nox -s bench``).
 
-Usage: ``python bench/run.py [--quick] [--json PATH] [--only 1a,1b,2,3,4,4i,5s,5a,5v,w]
-[--no-profile]``.
+Usage: ``python bench/run.py [--quick] [--json PATH] [--only 1a,1b,...] [--no-profile]``
+(``--help`` lists the scenarios).
 ``BENCH_QUICK=1`` is the same as ``--quick`` (the whole run in well under a minute).
 
 Every scenario interleaves rounds of the two sides (A B, B A, A B, ...) after one
 discarded warm-up pair, and reports medians over rounds. The machine is shared and
-noisy: read the ratio column, not the absolute numbers. Scenarios 1-3 and 5 need rlmesh
+noisy: read the ratio column, not the absolute numbers. Scenarios 1-3, 5 and 6 need rlmesh
 (``rlmesh[gymnasium,numpy]==0.1.0``) and are skipped without it; scenario 4 and the
 profile of scenario 4 need only trio-rlmesh and Gymnasium. See ``bench/README.md``.
 """
@@ -47,13 +47,30 @@ from bench_scenarios import (  # noqa: E402
     run_ours_remote,
     scenario_full_stack,
     scenario_inprocess,
+    scenario_inprocess_vs_rlmesh,
     scenario_single_lane_client,
     scenario_single_lane_server,
 )
+from bench_targets import format_targets  # noqa: E402
 
-ALL_SCENARIOS = ("1a", "1b", "2", "3", "4", "4i", "5s", "5a", "5v", "w")
-REMOTE_SCENARIOS = ("1a", "1b", "2", "3", "5s", "5a", "5v")
-"""The scenarios that need rlmesh (its env server, runtime or clients)."""
+ALL_SCENARIOS = (
+    "1a",
+    "1b",
+    "1a-grpclib",
+    "1b-grpclib",
+    "2",
+    "3",
+    "4",
+    "4i",
+    "5s",
+    "5a",
+    "5v",
+    "6",
+    "6i",
+    "w",
+)
+REMOTE_SCENARIOS = ("1a", "1b", "1a-grpclib", "1b-grpclib", "2", "3", "5s", "5a", "5v", "6", "6i")
+"""The scenarios that need rlmesh (its env server, its runtime or its clients)."""
 
 
 @dataclass(frozen=True)
@@ -143,11 +160,9 @@ def run_all(
 
     from bench_servers import servers
 
-    if {"1a", "1b", "5s", "5a"} & set(remote):
-        with (
-            _surviving("scenarios 1a/1b/5s/5a", skipped),
-            servers("cartpole", ours="1b" in remote) as addr,
-        ):
+    single = {"1a", "1b", "1a-grpclib", "1b-grpclib", "5s", "5a"} & set(remote)
+    if single:
+        with servers("cartpole", ours="1b" in remote, ours_grpclib="1b-grpclib" in remote) as addr:
             if "1a" in remote:
                 _log("scenario 1a: single-lane CartPole, both clients vs rlmesh.EnvServer")
                 result = scenario_single_lane_client(
@@ -187,85 +202,108 @@ def run_all(
                         warmup=sizes.warmup,
                     )
                 )
+            if "1a-grpclib" in remote:
+                _log("scenario 1a-grpclib: as 1a, our client on the grpclib backend")
+                results.append(
+                    scenario_single_lane_client(
+                        addr["theirs"],
+                        rounds=sizes.rounds,
+                        episodes=sizes.cartpole_episodes,
+                        log=_log,
+                        warmup=sizes.warmup,
+                        grpc_backend="grpclib",
+                    )
+                )
+            if "1b-grpclib" in remote:
+                _log("scenario 1b-grpclib: as 1b, our serve-env on the grpclib backend")
+                results.append(
+                    scenario_single_lane_server(
+                        addr["ours_grpclib"],
+                        addr["theirs"],
+                        rounds=sizes.rounds,
+                        episodes=sizes.cartpole_episodes,
+                        log=_log,
+                        warmup=sizes.warmup,
+                        grpc_backend="grpclib",
+                    )
+                )
             for which, scenario in (("sync", "5s"), ("async", "5a")):
                 if scenario not in remote:
                     continue
                 _log(f"scenario {scenario}: {which} remote env step loop vs rlmesh.RemoteEnv")
-                result = scenario_gym_single(
-                    which,
-                    addr["theirs"],
-                    rounds=sizes.rounds,
-                    episodes=sizes.gym_episodes,
-                    log=_log,
-                    warmup=sizes.warmup,
-                )
-                results.append(result)
-                if profile:
-                    _log(f"profiling {scenario} (our remote env against rlmesh.EnvServer)")
-                    episodes = sizes.profile_episodes
-                    loop = run_ours_sync if which == "sync" else run_ours_async
-                    profiles.append(
-                        profile_run(
-                            f"{scenario}: {result.ours.label} -> rlmesh.EnvServer (CartPole)",
-                            lambda loop=loop, episodes=episodes: loop(  # type: ignore[misc]
-                                addr["theirs"], episodes=episodes, seeds=list(range(episodes))
-                            ),
-                            lambda sample: sample.steps,
-                            unprofiled_us_per_step=_us_per_step(result),
-                        )
-                    )
-    if "5v" in remote:
-        with _surviving("scenario 5v", skipped):
-            _log("scenario 5v: RemoteVectorEnv vs rlmesh.RemoteVectorEnv, 16 lanes")
-            with servers("vector16", ours=False) as addr:
-                results.append(
-                    scenario_gym_vector(
+                with _surviving(f"scenario {scenario}", skipped):
+                    result = scenario_gym_single(
+                        which,
                         addr["theirs"],
                         rounds=sizes.rounds,
-                        steps=sizes.gym_vector_steps,
+                        episodes=sizes.gym_episodes,
                         log=_log,
                         warmup=sizes.warmup,
                     )
-                )
-    if "2" in remote:
-        with _surviving("scenario 2", skipped):
-            _log("scenario 2: 16-lane vector CartPole (NEXT_STEP), predict_batch, both servers")
-            with servers("vector16") as addr:
-                result = scenario_full_stack(
-                    "2-vec16",
-                    "16-lane SyncVectorEnv CartPole, batched model, each side's client + server",
-                    "vector16",
-                    addr["ours"],
+                    results.append(result)
+                    if profile:
+                        _log(f"profiling {scenario} (our remote env against rlmesh.EnvServer)")
+                        episodes = sizes.profile_episodes
+                        loop = run_ours_sync if which == "sync" else run_ours_async
+                        profiles.append(
+                            profile_run(
+                                f"{scenario}: {result.ours.label} -> rlmesh.EnvServer (CartPole)",
+                                lambda loop=loop, episodes=episodes: loop(  # type: ignore[misc]
+                                    addr["theirs"], episodes=episodes, seeds=list(range(episodes))
+                                ),
+                                lambda sample: sample.steps,
+                                unprofiled_us_per_step=_us_per_step(result),
+                            )
+                        )
+    if "5v" in remote:
+        _log("scenario 5v: RemoteVectorEnv vs rlmesh.RemoteVectorEnv, 16 lanes")
+        with _surviving("scenario 5v", skipped), servers("vector16", ours=False) as addr:
+            results.append(
+                scenario_gym_vector(
                     addr["theirs"],
                     rounds=sizes.rounds,
-                    episodes=sizes.vector_episodes,
-                    seeded=False,  # rlmesh refuses explicit seeds on an autoresetting vector env
+                    steps=sizes.gym_vector_steps,
                     log=_log,
                     warmup=sizes.warmup,
                 )
-                result.notes.append(
-                    "steps = lane steps of completed episodes (both reports); p50/p95 are per "
-                    "vector round (16 lanes)"
-                )
-                results.append(result)
+            )
+    if "2" in remote:
+        _log("scenario 2: 16-lane vector CartPole (NEXT_STEP), predict_batch, each side's server")
+        with servers("vector16") as addr:
+            result = scenario_full_stack(
+                "2-vec16",
+                "16-lane SyncVectorEnv CartPole, batched model, each side's client + server",
+                "vector16",
+                addr["ours"],
+                addr["theirs"],
+                rounds=sizes.rounds,
+                episodes=sizes.vector_episodes,
+                seeded=False,  # rlmesh refuses explicit seeds on an autoresetting vector env
+                log=_log,
+                warmup=sizes.warmup,
+            )
+            result.notes.append(
+                "steps = lane steps of completed episodes (both reports); p50/p95 are per "
+                "vector round (16 lanes)"
+            )
+            results.append(result)
     if "3" in remote:
-        with _surviving("scenario 3", skipped):
-            _log("scenario 3: 84x84x3 uint8 image env, each side's server")
-            with servers("image") as addr:
-                results.append(
-                    scenario_full_stack(
-                        "3-image",
-                        "84x84x3 uint8 observation env, each side's client + server",
-                        "image",
-                        addr["ours"],
-                        addr["theirs"],
-                        rounds=sizes.image_rounds,
-                        episodes=sizes.image_episodes,
-                        seeded=True,
-                        log=_log,
-                        warmup=sizes.warmup,
-                    )
+        _log("scenario 3: 84x84x3 uint8 image env, each side's server")
+        with servers("image") as addr:
+            results.append(
+                scenario_full_stack(
+                    "3-image",
+                    "84x84x3 uint8 observation env, each side's client + server",
+                    "image",
+                    addr["ours"],
+                    addr["theirs"],
+                    rounds=sizes.image_rounds,
+                    episodes=sizes.image_episodes,
+                    seeded=True,
+                    log=_log,
+                    warmup=sizes.warmup,
                 )
+            )
     if "4" in scenarios:
         _log("scenario 4: in-process driver vs bare Gymnasium loop")
         result = scenario_inprocess(
@@ -277,7 +315,7 @@ def run_all(
             episodes = sizes.profile_episodes
             profiles.append(
                 profile_run(
-                    "4: RuntimeDriver + GymEnvRuntimeEnv + ModelHandlerRuntimeModel (CartPole)",
+                    "4: trio_rlmesh.run(model, env) in process (CartPole)",
                     lambda: run_ours_inprocess(episodes=episodes, seeds=list(range(episodes))),
                     lambda sample: sample.steps,
                     unprofiled_us_per_step=_us_per_step(result),
@@ -294,6 +332,18 @@ def run_all(
                 user_code="inline",
             )
         )
+    for scenario, user_code in (("6", "thread"), ("6i", "inline")):
+        if scenario in remote:
+            _log(f"scenario {scenario}: run(model, env) vs rlmesh.run(model, env), in process")
+            results.append(
+                scenario_inprocess_vs_rlmesh(
+                    rounds=sizes.rounds,
+                    episodes=sizes.inprocess_episodes,
+                    log=_log,
+                    warmup=sizes.warmup,
+                    user_code=user_code,
+                )
+            )
     for result in results:
         note = _transport_note(result)
         if note:
@@ -334,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default=",".join(ALL_SCENARIOS),
-        help="comma-separated scenarios (1a,1b,2,3,4,4i,5s,5a,5v,w)",
+        help=f"comma-separated scenarios ({','.join(ALL_SCENARIOS)})",
     )
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile runs")
     args = parser.parse_args(argv)
@@ -382,6 +432,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  note [{result.scenario}]: {note}")
     for reason in skipped:
         print(f"  skipped {reason}")
+    targets = format_targets(results)
+    if targets:
+        print()
+        print(targets)
     for breakdown in profiles:
         print()
         print(breakdown.format())

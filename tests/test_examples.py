@@ -84,6 +84,11 @@ def test_evaluate_in_trio() -> None:
     assert out.startswith("completed [")
 
 
+def test_memory_transport_runs_without_sockets_under_a_mock_clock() -> None:
+    out = _run(str(EXAMPLES / "memory_transport.py"))
+    assert out.splitlines() == ["memory://cartpole: completed, 3 episodes"]
+
+
 def test_the_fakes_example_passes_under_pytest() -> None:
     out = _run(
         "-m",
