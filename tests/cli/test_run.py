@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -153,3 +154,100 @@ def test_run_against_a_served_model_and_env(tmp_path: Path) -> None:
     assert report["status"] == "completed"
     # Always pushing left topples CartPole within a handful of steps.
     assert all(e["terminated"] and e["steps"] < 30 for e in report["episodes"])
+
+
+def _episodes_by_seed(report: dict[str, Any]) -> dict[int, tuple[Any, ...]]:
+    return {
+        e["seed"]: (e["steps"], e["reward"], e["terminated"], e["truncated"])
+        for e in report["episodes"]
+    }
+
+
+@pytest.mark.network
+def test_a_fleet_from_repeated_env_and_an_envs_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three served envs: two as --env, one in --envs-file; then the seeds on one alone."""
+    serve = ["serve-env", "gymnasium:CartPole-v1"]
+    with serving(serve) as a, serving(serve) as b, serving(serve) as c:
+        listed = tmp_path / "envs.txt"
+        listed.write_text(f"# the third server\n\n{c}  # comment\n")
+        fleet_json, alone_json = tmp_path / "fleet.json", tmp_path / "alone.json"
+        common = ["--seeds", "10..18", "--max-episode-steps", "30", "--no-progress"]
+        code = main(
+            [
+                *("run", "--env", a, "--env", b, "--envs-file", str(listed)),
+                *(*common, "--json", str(fleet_json)),
+            ]
+        )
+        assert code == 0
+        printed = capsys.readouterr()
+        assert main(["run", "--env", b, *common, "--json", str(alone_json)]) == 0
+    fleet, alone = json.loads(fleet_json.read_text()), json.loads(alone_json.read_text())
+    assert fleet["status"] == "completed"
+    assert [e["seed"] for e in fleet["episodes"]] == list(range(10, 19))
+    assert _episodes_by_seed(fleet) == _episodes_by_seed(alone)
+    assert {e["endpoint"] for e in fleet["episodes"]} <= {a, b, c}
+    assert [p["endpoint"] for p in fleet["endpoints"]] == [a, b, c]
+    assert sum(p["episodes"] for p in fleet["endpoints"]) == 9
+    assert all(e["endpoint"] == b for e in alone["episodes"])
+    assert "endpoints" not in alone
+    # The first line names every server; the summary lists each one's share.
+    assert f"({a}, {b}, {c})" in printed.err
+    assert f"endpoint {c}: completed" in printed.out
+
+
+@pytest.mark.network
+def test_a_fleet_with_a_dead_server_fails_or_goes_on_when_told(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead = f"unix://{tmp_path / 'nobody.sock'}"
+    common = ["--seeds", "0..3", "--max-episode-steps", "20", "--no-progress"]
+    with serving(["serve-env", "gymnasium:CartPole-v1"]) as live:
+        failed_json, tolerant_json = tmp_path / "failed.json", tmp_path / "tolerant.json"
+        failed = main(["run", "--env", live, "--env", dead, *common, "--json", str(failed_json)])
+        tolerant = main(
+            [
+                *("run", "--env", live, "--env", dead, "--tolerate-endpoint-failures"),
+                *(*common, "--json", str(tolerant_json)),
+            ]
+        )
+    assert failed == 1
+    report = json.loads(failed_json.read_text())
+    assert report["status"] == "failed"
+    assert {p["endpoint"]: p["status"] for p in report["endpoints"]}[dead] == "failed"
+    assert tolerant == 0
+    report = json.loads(tolerant_json.read_text())
+    assert report["status"] == "completed"
+    assert [e["seed"] for e in report["episodes"]] == [0, 1, 2, 3]
+    assert {e["endpoint"] for e in report["episodes"]} == {live}
+    (lost,) = [p for p in report["endpoints"] if p["endpoint"] == dead]
+    assert lost["status"] == "failed"
+    assert "TransportError" in lost["error"]
+    assert f"endpoint {dead}: failed" in capsys.readouterr().out
+
+
+def test_a_fleet_of_targets_or_a_bad_envs_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--episodes", "1", "--no-progress"]
+    assert main(["run", "--env", "127.0.0.1:1", "--env", "gymnasium:CartPole-v1", *args]) == 2
+    assert "not a server address" in capsys.readouterr().err
+    listed = tmp_path / "envs.txt"
+    listed.write_text("127.0.0.1:1\ngymnasium:CartPole-v1\n")
+    assert main(["run", "--envs-file", str(listed), *args]) == 2
+    assert "is not an env server address" in capsys.readouterr().err
+    assert main(["run", "--envs-file", str(tmp_path / "missing.txt"), *args]) == 2
+    assert "--envs-file" in capsys.readouterr().err
+    assert main(["run", "--env", "127.0.0.1:1", "--env", "127.0.0.1:1", *args]) == 2
+    assert "listed twice" in capsys.readouterr().err
+
+
+def test_the_progress_line_shows_the_fleet() -> None:
+    from trio_rlmesh._cli._run import _Progress
+
+    assert "endpoint" not in _Progress(4).line()
+    progress = _Progress(4, endpoints=3)
+    assert progress.line().endswith("3/3 endpoints up")
+    progress.lost = lambda: 1
+    assert progress.line().endswith("2/3 endpoints up")

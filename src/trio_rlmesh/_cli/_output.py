@@ -20,6 +20,7 @@ from ..runtime import RuntimeReport
 __all__ = [
     "STDOUT",
     "empty_report_dict",
+    "format_endpoints",
     "format_episodes",
     "format_summary",
     "plural",
@@ -40,16 +41,21 @@ def plural(count: int, noun: str) -> str:
 
 
 def format_episodes(report: RuntimeReport) -> str:
-    """The table of the episodes a run finished, one line each."""
+    """The table of the episodes a run finished, one line each (a fleet's name their
+    endpoint)."""
+    fleet = bool(report.endpoints)
     header = f"{'#':>4} {'seed':>8} {'steps':>7} {'reward':>10} {'term':>5} {'trunc':>5} {'ok':>5}"
+    if fleet:
+        header += "  endpoint"
     lines = [header, "-" * len(header)]
     for ep in report.episodes:
         seed = "-" if ep.seed is None else str(ep.seed)
         ok = "-" if ep.success is None else ("yes" if ep.success else "no")
-        lines.append(
+        line = (
             f"{ep.index:>4} {seed:>8} {ep.steps:>7} {ep.reward:>10.2f} "
             f"{ep.terminated!s:>5} {ep.truncated!s:>5} {ok:>5}"
         )
+        lines.append(f"{line}  {ep.endpoint}" if fleet else line)
     return "\n".join(lines)
 
 
@@ -84,6 +90,31 @@ def format_summary(report: RuntimeReport) -> str:
     if rate is not None:
         successes = sum(1 for e in episodes if e.success)
         lines.append(f"success rate {rate:.1%} ({successes} of {len(episodes)})")
+    return "\n".join(lines)
+
+
+def format_endpoints(report: RuntimeReport) -> str:
+    """A fleet run's endpoints, one line each (and, for a lost one, why and what ran again).
+
+    >>> from trio_rlmesh.runtime import EndpointReport
+    >>> report = RuntimeReport("completed", None, "s", "fleet", (), 90, endpoints=(
+    ...     EndpointReport("10.0.0.1:7000", "completed", None, 3, 60),
+    ...     EndpointReport("10.0.0.2:7000", "failed", "TransportError: reset", 1, 30, ((4, 9),)),
+    ... ))
+    >>> print(format_endpoints(report))
+    endpoint 10.0.0.1:7000: completed, 3 episodes, 60 env steps
+    endpoint 10.0.0.2:7000: failed, 1 episode, 30 env steps
+      lost: TransportError: reset; started again elsewhere: episode 4 (seed 9)
+    """
+    lines = []
+    for part in report.endpoints:
+        lines.append(
+            f"endpoint {part.endpoint}: {part.status}, {plural(part.episodes, 'episode')}, "
+            f"{part.env_step_calls} env steps"
+        )
+        if part.error is not None:
+            retried = ", ".join(f"episode {i} (seed {seed})" for i, seed in part.retried)
+            lines.append(f"  lost: {part.error}; started again elsewhere: {retried or 'none'}")
     return "\n".join(lines)
 
 

@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
@@ -21,6 +22,7 @@ from ..runtime import (
     RuntimeReport,
     StepCompleted,
 )
+from ..runtime._fleet import FleetRun
 from ._exit import (
     EXIT_CANCELLED,
     EXIT_OK,
@@ -33,6 +35,7 @@ from ._exit import (
 from ._output import (
     STDOUT,
     empty_report_dict,
+    format_endpoints,
     format_episodes,
     format_summary,
     plural,
@@ -105,7 +108,26 @@ def add_run_parser(commands: Any) -> None:
             "CartPole and a random policy (--model random) on any other env."
         ),
     )
-    p.add_argument("--env", help="gymnasium:<id>, module:attr, or an env server address")
+    p.add_argument(
+        "--env",
+        action="append",
+        metavar="TARGET",
+        help="gymnasium:<id>, module:attr, or an env server address; repeat it with "
+        "addresses to evaluate over a fleet of env servers in one run",
+    )
+    p.add_argument(
+        "--envs-file",
+        type=Path,
+        metavar="PATH",
+        help="env server addresses, one per line (blank lines and # comments skipped), "
+        "added to the fleet",
+    )
+    p.add_argument(
+        "--tolerate-endpoint-failures",
+        action="store_true",
+        help="fleet runs: go on without an env server that fails, and run the episodes "
+        "it was running again on the others (same seeds)",
+    )
     add_env_kwargs_options(p)
     p.add_argument(
         "--model", help="module:attr, a model server address, or 'random' (samples actions)"
@@ -133,8 +155,9 @@ class _Plan:
 
     episodes: int
     env_label: str
-    env_address: str | None
-    """The env server to connect to; ``None``: serve :attr:`env` in-process."""
+    env_addresses: tuple[str, ...]
+    """The env servers to connect to (several: a fleet); empty: serve :attr:`env`
+    in-process."""
     env: Any
     model_label: str
     model_address: str | None
@@ -146,6 +169,43 @@ class _Plan:
     """The run's seed (``--base-seed``, else the first of ``--seeds``), for the random policy."""
     env_token: str | None = None
     model_token: str | None = None
+
+    @property
+    def env_address(self) -> str | None:
+        """The first env server (the only one unless this is a fleet)."""
+        return self.env_addresses[0] if self.env_addresses else None
+
+
+def read_envs_file(path: Path) -> list[str]:
+    """The addresses of an ``--envs-file``: one per line, blank lines and ``#`` comments
+    skipped.
+
+    Raises:
+        UsageError: the file cannot be read.
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"--envs-file {path}: {exc.strerror or exc}") from None
+    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
+    return [line for line in lines if line]
+
+
+def _env_targets(args: argparse.Namespace) -> list[str]:
+    """Every ``--env`` and every address of ``--envs-file``, in that order."""
+    targets: list[str] = list(args.env or [])
+    if args.envs_file is not None:
+        listed = read_envs_file(args.envs_file)
+        if not listed:
+            raise UsageError(f"--envs-file {args.envs_file} lists no address")
+        for address in listed:
+            if not is_address(address):
+                raise UsageError(
+                    f"--envs-file {args.envs_file}: {address!r} is not an env server address "
+                    "(host:port, tcp://host:port or unix:///path)"
+                )
+        targets += listed
+    return targets
 
 
 def _check_options(args: argparse.Namespace) -> int:
@@ -180,16 +240,31 @@ def _plan(args: argparse.Namespace) -> _Plan:
     """Check every argument and load every target, before anything starts."""
     episodes = _check_options(args)
     kwargs = env_kwargs(args.env_kwargs, args.env_arg)
-    env_label = args.env or DEFAULT_ENV
-    env_address: str | None = None
+    targets = _env_targets(args) or [DEFAULT_ENV]
+    env_label = targets[0] if len(targets) == 1 else plural(len(targets), "env server")
+    env_addresses: tuple[str, ...] = ()
     env: Any = None
-    if is_address(env_label):
+    if len(targets) > 1:
+        for target in targets:
+            if not is_address(target):
+                raise UsageError(
+                    f"--env {target} is not a server address: a fleet is several env server "
+                    "addresses (serve the env with `trio-rlmesh serve-env` and pass the "
+                    "addresses, or give one --env target)"
+                )
+        if kwargs:
+            raise UsageError(
+                "--env-kwargs/--env-arg configure an env served in-process; "
+                "a fleet's envs are servers"
+            )
+        env_addresses = tuple(check_address(target, "--env") for target in targets)
+    elif is_address(env_label):
         if kwargs:
             raise UsageError(
                 "--env-kwargs/--env-arg configure an env served in-process; "
                 f"--env {env_label} is a server address"
             )
-        env_address = check_address(env_label, "--env")
+        env_addresses = (check_address(env_label, "--env"),)
     else:
         env = load_env_target(env_label, kwargs, run=True)
     model_address: str | None = None
@@ -209,12 +284,12 @@ def _plan(args: argparse.Namespace) -> _Plan:
     return _Plan(
         episodes,
         env_label,
-        env_address,
+        env_addresses,
         env,
         model_label,
         model_address,
         model,
-        env_token=_token(args, "env", env_address),
+        env_token=_token(args, "env", env_addresses[0] if env_addresses else None),
         model_token=_token(args, "model", model_address),
         baseline=baseline,
         seed=args.base_seed if args.base_seed is not None else (seeds[0] if seeds else None),
@@ -237,8 +312,12 @@ def _token(args: argparse.Namespace, side: Side, address: str | None) -> str | N
 class _Progress(RuntimeHooks):
     """Counts what the run has done; the ticker renders it, never the hot path."""
 
-    def __init__(self, episodes: int) -> None:
+    def __init__(self, episodes: int, endpoints: int = 1) -> None:
         self.target = episodes
+        self.endpoints = endpoints
+        """The fleet's size (1: not a fleet)."""
+        self.lost: Callable[[], int] = lambda: 0
+        """How many of the fleet's endpoints are lost so far (set once the run starts)."""
         self.done = 0
         self.steps = 0
         self.reward_sum = 0.0
@@ -266,10 +345,14 @@ class _Progress(RuntimeHooks):
         width = 24
         filled = int(width * self.done / self.target) if self.target else 0
         bar = "#" * filled + "-" * (width - filled)
-        return (
+        line = (
             f"[{bar}] {self.done}/{self.target} episodes  {self.steps / elapsed:8.0f} steps/s  "
             f"mean reward {mean}"
         )
+        if self.endpoints > 1:
+            lost = self.lost()
+            line += f"  {self.endpoints - lost}/{plural(self.endpoints, 'endpoint')} up"
+        return line
 
 
 async def _ticker(progress: _Progress, stream: TextIO) -> None:
@@ -286,13 +369,16 @@ class _DriverSlot:
     """
 
     def __init__(self, scope: trio.CancelScope) -> None:
-        self.driver: RuntimeDriver | None = None
+        self.driver: RuntimeDriver | FleetRun | None = None
         self.reason: str | None = None
         self.report: RuntimeReport | None = None
+        self.progress: _Progress | None = None
         self._scope = scope
 
     def started(self, value: Any = None) -> None:
         self.driver = value
+        if isinstance(value, FleetRun) and self.progress is not None:
+            self.progress.lost = lambda: len(value.lost)
         if self.reason is not None and value is not None:
             value.cancel(self.reason)
 
@@ -311,20 +397,20 @@ async def _evaluate(
     from .._facade import RunLocalOptions
     from ..transports.grpc import serve_env
 
-    progress = _Progress(plan.episodes)
+    progress = _Progress(plan.episodes, max(1, len(plan.env_addresses)))
     show_progress = not args.no_progress and out.isatty()
     async with trio.open_nursery() as nursery:
         slot = _DriverSlot(nursery.cancel_scope)
+        slot.progress = progress
         interrupts.arm(lambda signum: slot.cancel(f"interrupted by {signum.name}"))
         interrupts.last_words(
             lambda: _write_results(args, out, progress.report(_interrupted(interrupts)), None)
         )
-        if plan.env_address is None:
-            address = await nursery.start(serve_env, plan.env, "127.0.0.1:0")
-        else:
-            address = plan.env_address
+        addresses: Sequence[str] = plan.env_addresses
+        if not addresses:
+            addresses = [await nursery.start(serve_env, plan.env, "127.0.0.1:0")]
         options = RunLocalOptions(
-            address,
+            list(addresses),
             token=plan.env_token,
             base_seed=args.base_seed,
             episode_seeds=tuple(args.seeds or ()),
@@ -334,6 +420,7 @@ async def _evaluate(
             execution_horizon=args.execution_horizon,
             prefetch_lead=args.prefetch_lead,
             close_env=False,
+            tolerate_endpoint_failures=args.tolerate_endpoint_failures,
         )
         if show_progress:
             nursery.start_soon(_ticker, progress, out)
@@ -362,9 +449,10 @@ async def _drive(plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSl
 
     try:
         model, label = plan.model, plan.model_label
+        addresses = _addresses(options.env_address)
         if plan.baseline is not None:
-            model, label = await _baseline(plan, options.env_address)
-        _announce(plan, label, options.env_address)
+            model, label = await _baseline(plan, addresses[0])
+        _announce(plan, label, addresses)
         if plan.model_address is not None:
             slot.report = await run_remote(
                 plan.model_address,
@@ -379,11 +467,16 @@ async def _drive(plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSl
         raise await _explain_connect_failure(exc, plan) from exc
 
 
-def _announce(plan: _Plan, model_label: str, address: str) -> None:
-    """The first line: what is evaluated on what."""
+def _addresses(env_address: str | Sequence[str]) -> Sequence[str]:
+    return [env_address] if isinstance(env_address, str) else env_address
+
+
+def _announce(plan: _Plan, model_label: str, addresses: Sequence[str]) -> None:
+    """The first line: what is evaluated on what (a fleet: on which servers)."""
     count = plural(plan.episodes, "episode")
+    where = ", ".join(addresses)
     sys.stderr.write(
-        f"trio-rlmesh: evaluating {model_label} on {plan.env_label} ({address}), {count}\n"
+        f"trio-rlmesh: evaluating {model_label} on {plan.env_label} ({where}), {count}\n"
     )
     sys.stderr.flush()
 
@@ -422,6 +515,8 @@ async def _explain_connect_failure(error: TransportError, plan: _Plan) -> Error:
     """
     side = _CONNECTS.get(error.operation)
     address = plan.env_address if side == "env" else plan.model_address
+    if side == "env" and error.address in plan.env_addresses:
+        address = error.address  # a fleet: the server that failed
     if side is None or address is None:
         return error
     token = plan.env_token if side == "env" else plan.model_token
@@ -507,10 +602,15 @@ def _write_results(
         out.write(format_episodes(report) + "\n")
         shown = report if failure is None else attrs.evolve(report, reason=None)
         out.write(format_summary(shown) + "\n")
+        if report.endpoints:
+            out.write(format_endpoints(report) + "\n")
         if args.telemetry and report.telemetry:
             from ..runtime import format_telemetry
 
             out.write(format_telemetry(report.telemetry) + "\n")
+            for part in report.endpoints:  # a fleet: the total above, then each endpoint's
+                if part.telemetry:
+                    out.write(f"\n{part.endpoint}:\n{format_telemetry(part.telemetry)}\n")
         out.flush()
     if failure is not None:
         sys.stderr.write(f"trio-rlmesh run: {failure.message}\n")
