@@ -6,6 +6,7 @@ Importable without rlmesh: the in-process scenario and the servers in subprocess
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import gymnasium
@@ -15,6 +16,10 @@ from gymnasium import spaces
 IMAGE_SHAPE = (84, 84, 3)
 IMAGE_EPISODE_STEPS = 100
 VECTOR_LANES = 16
+SLOW_STEP_S = 0.005
+"""How long each step of the slow env waits (a stand-in for a heavy simulator)."""
+SLOW_EPISODE_STEPS = 50
+"""The slow env's time limit (the balancing policy reaches it)."""
 
 
 class ImageEnv(gymnasium.Env[np.ndarray, np.int64]):
@@ -70,5 +75,23 @@ def make_image() -> Any:
     return ImageEnv()
 
 
-BUILDERS = {"cartpole": make_cartpole, "vector16": make_vector16, "image": make_image}
+class SlowStep(gymnasium.Wrapper[Any, Any, Any, Any]):
+    """Each step waits ``SLOW_STEP_S`` (sleeping, no CPU) before stepping the env."""
+
+    def step(self, action: Any) -> Any:
+        time.sleep(SLOW_STEP_S)
+        return self.env.step(action)
+
+
+def make_slow() -> Any:
+    """CartPole-v1 whose step waits a fixed 5 ms, episodes capped at ``SLOW_EPISODE_STEPS``."""
+    return SlowStep(gymnasium.make("CartPole-v1", max_episode_steps=SLOW_EPISODE_STEPS))
+
+
+BUILDERS = {
+    "cartpole": make_cartpole,
+    "vector16": make_vector16,
+    "image": make_image,
+    "slow": make_slow,
+}
 """Env kinds by name, for the server scripts."""

@@ -64,6 +64,9 @@ class Comparison:
     ratio: float
     """Median over rounds of ours/theirs steps/s, each round's pair run back to back."""
     notes: list[str] = field(default_factory=list)
+    figures: dict[str, float] = field(default_factory=dict)
+    """Other figures the scenario measured that have a target of their own (by target id,
+    see ``bench_targets.TARGETS``), e.g. a mean batch size."""
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +75,7 @@ class Comparison:
             "ours": self.ours.to_json_dict(),
             "theirs": self.theirs.to_json_dict(),
             "ratio_steps_per_s": self.ratio,
+            "figures": self.figures,
             "notes": self.notes,
         }
 

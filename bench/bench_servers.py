@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -20,6 +20,7 @@ OUR_TARGETS = {
     "cartpole": "gymnasium:CartPole-v1",
     "vector16": "bench_envs:make_vector16",
     "image": "bench_envs:make_image",
+    "slow": "bench_envs:make_slow",
 }
 """``trio-rlmesh serve-env`` ENV arguments per env kind."""
 
@@ -103,16 +104,39 @@ def servers(
         ):
             if not wanted:
                 continue
-            ready = Path(tmp) / f"{side}.address"
-            log = stack.enter_context(tempfile.TemporaryFile())
-            process = subprocess.Popen(
-                argv(ready),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env=_child_env(),
-            )
-            server = _Server(what, process, ready, log)
-            stack.callback(server.stop)
-            started[side] = server
+            started[side] = _start(stack, Path(tmp) / f"{side}.address", argv, what)
         yield {side: server.wait_ready() for side, server in started.items()}
+
+
+def _start(
+    stack: contextlib.ExitStack, ready: Path, argv: Callable[[Path], list[str]], what: str
+) -> _Server:
+    """Start one server process, stopped when ``stack`` closes."""
+    log = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (the stack closes it)
+    process = subprocess.Popen(
+        argv(ready),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+        env=_child_env(),
+    )
+    server = _Server(what, process, ready, log)
+    stack.callback(server.stop)
+    return server
+
+
+@contextlib.contextmanager
+def rlmesh_fleet(kind: str, count: int) -> Iterator[list[str]]:
+    """``count`` ``rlmesh.EnvServer`` processes serving ``kind``, started together; yield
+    their addresses."""
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        started = [
+            _start(
+                stack,
+                Path(tmp) / f"{k}.address",
+                lambda ready: rlmesh_argv(kind, ready),
+                f"rlmesh.EnvServer({kind}) #{k}",
+            )
+            for k in range(count)
+        ]
+        yield [server.wait_ready() for server in started]

@@ -34,6 +34,7 @@ if str(HERE) not in sys.path:
 
 import bench_envs  # noqa: E402
 import bench_policies  # noqa: E402
+from bench_fleet import FLEET_SIZE, scenario_fleet  # noqa: E402
 from bench_gym import (  # noqa: E402
     run_ours_async,
     run_ours_sync,
@@ -67,9 +68,12 @@ ALL_SCENARIOS = (
     "5v",
     "6",
     "6i",
+    "7",
     "w",
 )
-REMOTE_SCENARIOS = ("1a", "1b", "1a-grpclib", "1b-grpclib", "2", "3", "5s", "5a", "5v", "6", "6i")
+REMOTE_SCENARIOS = (
+    *("1a", "1b", "1a-grpclib", "1b-grpclib", "2", "3", "5s", "5a", "5v", "6", "6i", "7"),
+)
 """The scenarios that need rlmesh (its env server, its runtime or its clients)."""
 
 
@@ -88,6 +92,8 @@ class Sizes:
     """Episodes per round of the single-lane step loops (5s, 5a; 500 steps each)."""
     gym_vector_steps: int
     """Vector steps per round of the 16-lane step loop (5v)."""
+    fleet_episodes: int
+    """Episodes per endpoint and round of scenario 7 (5 ms steps, at most 50 each)."""
     profile_episodes: int
     warmup: bool
     """Run and discard one pair before the measured rounds."""
@@ -102,6 +108,7 @@ FULL = Sizes(
     inprocess_episodes=20,
     gym_episodes=6,
     gym_vector_steps=300,
+    fleet_episodes=4,
     profile_episodes=4,
     warmup=True,
 )
@@ -114,6 +121,7 @@ QUICK = Sizes(
     inprocess_episodes=2,
     gym_episodes=1,
     gym_vector_steps=40,
+    fleet_episodes=1,
     profile_episodes=1,
     warmup=False,
 )
@@ -158,7 +166,7 @@ def run_all(
         skipped.append(f"scenarios {', '.join(remote)}: rlmesh is not installed")
         remote = []
 
-    from bench_servers import servers
+    from bench_servers import rlmesh_fleet, servers
 
     single = {"1a", "1b", "1a-grpclib", "1b-grpclib", "5s", "5a"} & set(remote)
     if single:
@@ -343,6 +351,19 @@ def run_all(
                     warmup=sizes.warmup,
                     user_code=user_code,
                 )
+            )
+    if "7" in remote:
+        _log(f"scenario 7: a fleet run over {FLEET_SIZE} endpoints with 5 ms steps")
+        with (
+            _surviving("scenario 7", skipped),
+            rlmesh_fleet("slow", FLEET_SIZE) as addresses,
+        ):
+            results += scenario_fleet(
+                addresses,
+                rounds=sizes.rounds,
+                episodes=sizes.fleet_episodes,
+                log=_log,
+                warmup=sizes.warmup,
             )
     for result in results:
         note = _transport_note(result)

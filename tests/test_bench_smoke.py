@@ -160,3 +160,28 @@ def test_grpclib_server_scenario_against_rlmesh() -> None:
     assert result.scenario == "1b-grpclib"
     _check_side(result.ours)
     assert result.ours.steps == result.theirs.steps
+
+
+@pytest.mark.interop
+@pytest.mark.network
+def test_fleet_scenario_prints_its_three_figures() -> None:
+    pytest.importorskip("rlmesh")
+    bench = _load_bench()
+    from bench_servers import rlmesh_fleet
+    from bench_targets import format_targets
+
+    with rlmesh_fleet("slow", 2) as addresses:
+        results = bench.scenario_fleet(
+            addresses, rounds=1, episodes=1, log=lambda _: None, warmup=False
+        )
+    assert [r.scenario for r in results] == ["7-fleet2-vs-1", "7-fleet2-vs-rlmesh2"]
+    for result in results:
+        _check_side(result.ours)
+        _check_side(result.theirs)
+    # Two endpoints, one episode each, against one endpoint's one episode: the same seeds.
+    assert results[0].ours.steps > results[0].theirs.steps
+    assert results[1].ours.steps == results[1].theirs.steps
+    assert results[1].ours.mean_reward == results[1].theirs.mean_reward
+    batch = results[0].figures["7-batch"]
+    assert 1.0 <= batch <= 2.0
+    assert "7-batch" in format_targets(results)
