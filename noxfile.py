@@ -26,6 +26,7 @@ nox.options.sessions = [
     "docs",
     "tests",
     "interop",
+    "ray",
 ]
 
 ROOT = Path(__file__).parent
@@ -127,6 +128,13 @@ def interop(session: nox.Session) -> None:
         "python", "-c", "import rlmesh; assert rlmesh.__version__ == '0.1.0', rlmesh.__version__"
     )
     session.run("pytest", "-m", "interop", *session.posargs)
+
+
+@nox.session(python=DEFAULT_PYTHON)
+def ray(session: nox.Session) -> None:
+    """Env fleets on Ray (the ``ray`` extra) against a local Ray: 2 CPUs, no dashboard."""
+    session.install(".[gymnasium,ray]", *_group("test"))
+    session.run("pytest", "-m", "ray", "tests/ray", *session.posargs)
 
 
 @nox.session(python=DEFAULT_PYTHON)

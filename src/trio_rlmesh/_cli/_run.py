@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
@@ -128,6 +130,13 @@ def add_run_parser(commands: Any) -> None:
         help="fleet runs: go on without an env server that fails, and run the episodes "
         "it was running again on the others (same seeds)",
     )
+    p.add_argument(
+        "--ray-envs",
+        type=int,
+        metavar="N",
+        help="serve the --env target on N Ray actors and evaluate over that fleet "
+        "(needs trio-rlmesh[ray]; the cluster of $RAY_ADDRESS, else a local Ray)",
+    )
     add_env_kwargs_options(p)
     p.add_argument(
         "--model", help="module:attr, a model server address, or 'random' (samples actions)"
@@ -159,6 +168,10 @@ class _Plan:
     """The env servers to connect to (several: a fleet); empty: serve :attr:`env`
     in-process."""
     env: Any
+    """The env target loaded, to serve in-process (``None`` for servers)."""
+    ray_envs: int | None
+    """Serve :attr:`env_label` on this many Ray actors (``--ray-envs``)."""
+    env_kwargs: dict[str, Any]
     model_label: str
     model_address: str | None
     model: Any
@@ -267,6 +280,16 @@ def _plan(args: argparse.Namespace) -> _Plan:
         env_addresses = (check_address(env_label, "--env"),)
     else:
         env = load_env_target(env_label, kwargs, run=True)
+    ray_envs: int | None = args.ray_envs
+    if ray_envs is not None:
+        if ray_envs < 1:
+            raise UsageError(f"--ray-envs must be at least 1 server, got {ray_envs}")
+        if env_addresses:
+            raise UsageError(
+                "--ray-envs serves an env target on Ray actors; "
+                f"--env {', '.join(env_addresses)} is already a server"
+            )
+        env = None  # loaded (so checked) here; served by the actors
     model_address: str | None = None
     model: Any = None
     baseline: Literal["default", "random"] | None = None
@@ -286,6 +309,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
         env_label,
         env_addresses,
         env,
+        ray_envs,
+        kwargs,
         model_label,
         model_address,
         model,
@@ -397,9 +422,9 @@ async def _evaluate(
     from .._facade import RunLocalOptions
     from ..transports.grpc import serve_env
 
-    progress = _Progress(plan.episodes, max(1, len(plan.env_addresses)))
+    progress = _Progress(plan.episodes, plan.ray_envs or max(1, len(plan.env_addresses)))
     show_progress = not args.no_progress and out.isatty()
-    async with trio.open_nursery() as nursery:
+    async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
         slot = _DriverSlot(nursery.cancel_scope)
         slot.progress = progress
         interrupts.arm(lambda signum: slot.cancel(f"interrupted by {signum.name}"))
@@ -407,7 +432,9 @@ async def _evaluate(
             lambda: _write_results(args, out, progress.report(_interrupted(interrupts)), None)
         )
         addresses: Sequence[str] = plan.env_addresses
-        if not addresses:
+        if plan.ray_envs is not None:
+            addresses = await stack.enter_async_context(_ray_fleet(plan))
+        elif not addresses:
             addresses = [await nursery.start(serve_env, plan.env, "127.0.0.1:0")]
         options = RunLocalOptions(
             list(addresses),
@@ -442,6 +469,17 @@ async def _evaluate(
             env_step_calls=0,
         )
     return slot.report
+
+
+def _ray_fleet(plan: _Plan) -> AbstractAsyncContextManager[Sequence[str]]:
+    """``--ray-envs N``: the env target served on N Ray actors, for the run."""
+    from ..ray import env_fleet
+
+    sys.stderr.write(f"trio-rlmesh: starting {plural(plan.ray_envs or 0, 'env server')} on Ray\n")
+    sys.stderr.flush()
+    # Without $RAY_ADDRESS, Ray runs on this machine: reach its servers on loopback.
+    host = None if os.environ.get("RAY_ADDRESS") else "127.0.0.1"
+    return env_fleet(plan.env_label, plan.ray_envs or 0, env_kwargs=plan.env_kwargs, host=host)
 
 
 async def _drive(plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSlot) -> None:
