@@ -318,3 +318,29 @@ class Stopper(RuntimeHooks):
         self.completed += 1
         if self.completed >= 4:
             self.enough.set()
+
+
+
+async def test_a_fleet_against_a_served_model_fuses_its_predicts_there() -> None:
+    from trio_rlmesh import run_remote
+    from trio_rlmesh.transports.grpc import serve_model
+
+    seeds = tuple(range(70, 79))
+    model = BatchedBalancer()
+    with trio.fail_after(120):
+        async with served(3) as addresses, trio.open_nursery() as nursery:
+            model_address = await nursery.start(serve_model, model)
+            report = await run_remote(
+                model_address,
+                RunLocalOptions(
+                    addresses, episode_seeds=seeds, max_episodes=9, max_episode_steps=STEPS
+                ),
+            )
+            alone = await one_at_a_time(addresses[2], seeds)
+            nursery.cancel_scope.cancel()
+    assert report.status == "completed"
+    assert [e.seed for e in report.episodes] == list(seeds)
+    assert per_seed(report) == per_seed(alone)
+    assert {e.endpoint for e in report.episodes} == set(addresses)
+    # The server's model saw rows from several endpoints in one call.
+    assert max(model.batch_sizes) > 1
