@@ -320,7 +320,6 @@ class Stopper(RuntimeHooks):
             self.enough.set()
 
 
-
 async def test_a_fleet_against_a_served_model_fuses_its_predicts_there() -> None:
     from trio_rlmesh import run_remote
     from trio_rlmesh.transports.grpc import serve_model
