@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -251,3 +252,16 @@ def test_the_progress_line_shows_the_fleet() -> None:
     assert progress.line().endswith("3/3 endpoints up")
     progress.lost = lambda: 1
     assert progress.line().endswith("2/3 endpoints up")
+
+
+def test_ray_envs_needs_a_target_and_ray(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--episodes", "1", "--no-progress"]
+    assert main(["run", "--env", "127.0.0.1:1", "--ray-envs", "2", *args]) == 2
+    assert "--ray-envs serves an env target" in capsys.readouterr().err
+    assert main(["run", "--ray-envs", "0", *args]) == 2
+    assert "--ray-envs must be at least 1" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    assert main(["run", "--ray-envs", "2", *args]) == 2
+    assert "pip install 'trio-rlmesh[ray]'" in capsys.readouterr().err
