@@ -19,15 +19,21 @@ from ._facade import run as run
 from ._facade import run_local as run_local
 from ._facade import run_remote as run_remote
 from ._version import __version__ as __version__
+from .protocol._internal import MetaConversionError as MetaConversionError
+from .spaces._internal import CodecError as CodecError
+from .spaces._internal import SpaceError as SpaceError
 
 __all__ = [
+    "CodecError",
     "EnvError",
     "Error",
     "HookError",
+    "MetaConversionError",
     "ModelError",
     "OperationTimeout",
     "ProtocolError",
     "RunLocalOptions",
+    "SpaceError",
     "SpecError",
     "TransportError",
     "__version__",

@@ -1,8 +1,10 @@
 """The package's error hierarchy, rooted at :class:`Error`.
 
-It lives at the bottom of the layer stack so that every layer (spaces, protocol,
-runtime, transports) raises errors of one family. Users import these names from
-``trio_rlmesh`` (or ``trio_rlmesh.runtime``).
+It lives at the bottom of the layer stack, importing nothing of the package, so that every
+layer (spaces, protocol, runtime, transports) raises errors of one family. Users import
+every error from ``trio_rlmesh``, its one public home (the gRPC client's
+``RemoteEnvError`` and the conformance checks' ``ConformanceError`` excepted: they live
+with the transport and the checks that raise them, and derive from :class:`Error` too).
 
 Every error carries ``recoverable`` (whether the same route could retry the
 operation), and where it applies the ``operation`` (``"env.step"``,
@@ -13,10 +15,7 @@ and the peer ``address``. A failed run's error also carries the partial
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .runtime._report import RuntimeReport
+from typing import Any
 
 __all__ = [
     "EnvError",
@@ -65,7 +64,10 @@ class Error(Exception):
         self.lane = lane
         self.address = address
         self.code = code
-        self.report: RuntimeReport | None = None
+        # Typed loosely so that this bottom layer needs nothing from the runtime above it.
+        self.report: Any = None
+        """The partial :class:`~trio_rlmesh.runtime.RuntimeReport` of the run this error
+        failed (``None`` when it was raised before driving started, or outside a run)."""
 
     def __str__(self) -> str:
         return self.message

@@ -6,8 +6,14 @@ from typing import Any
 import pytest
 
 from trio_rlmesh.protocol import env_v1, python_to_meta
-from trio_rlmesh.runtime import EpisodeBook, LaneState, LaneStateError
-from trio_rlmesh.runtime._episodes import _TRANSITIONS, EpisodeEnd, LaneEvent
+from trio_rlmesh.runtime._episodes import (
+    _TRANSITIONS,
+    EpisodeBook,
+    EpisodeEnd,
+    LaneEvent,
+    LaneState,
+    LaneStateError,
+)
 
 
 def book(num_envs: int = 1, **kwargs: Any) -> EpisodeBook:
@@ -122,7 +128,7 @@ def test_explicit_seeds_in_start_order_and_tail_discard() -> None:
 
 
 def test_base_seed_generations_lockstep_vs_per_lane() -> None:
-    from trio_rlmesh.runtime import deterministic_reset_seed as law
+    from trio_rlmesh.runtime._ids import deterministic_reset_seed as law
 
     lockstep = book(base_seed=1234)
     assert lockstep.begin_reset([0])[0].seed == law(1234, "s", 0, 0)

@@ -30,12 +30,11 @@ from ..spaces import (
     MultiBinary,
     MultiDiscrete,
     Space,
-    SpaceError,
     Text,
     Tuple,
     validate,
 )
-from ..spaces._errors import ROOT, child_path, index_path
+from ..spaces._internal import ROOT, SpaceError, child_path, index_path
 from ._generated.rlmesh.core import v1 as core_v1
 from ._generated.rlmesh.spaces import v1 as spaces_v1
 from ._meta import meta_to_python, python_to_meta
