@@ -19,6 +19,7 @@ import pytest
 import trio
 
 import trio_rlmesh
+import trio_rlmesh.gym
 
 PUBLIC: dict[str, list[str]] = {
     "trio_rlmesh": [
@@ -38,6 +39,19 @@ PUBLIC: dict[str, list[str]] = {
         "run",
         "run_local",
         "run_remote",
+    ],
+    "trio_rlmesh.gym": [
+        "AsyncRemoteEnv",
+        "AsyncRemoteVectorEnv",
+        "DEFAULT_REQUEST_TIMEOUT",
+        "ENV_ID",
+        "PngError",
+        "RemoteEnv",
+        "RemoteVectorEnv",
+        "decode_png",
+        "open_remote_env",
+        "open_remote_vector_env",
+        "register",
     ],
     "trio_rlmesh.model": [
         "EpisodeRef",
@@ -300,6 +314,7 @@ def test_errors_keep_the_builtin_bases_users_catch() -> None:
         trio_rlmesh.SpaceError: trio_rlmesh.SpecError,
         trio_rlmesh.SpecError: ValueError,
         trio_rlmesh.TransportError: ConnectionError,
+        trio_rlmesh.gym.PngError: ValueError,
         ConformanceError: AssertionError,
         PortalClosedError: trio.ClosedResourceError,
     }
