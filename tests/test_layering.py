@@ -153,6 +153,25 @@ def test_every_allowed_reach_in_is_still_needed() -> None:
             ALLOWED_PRIVATE.update(saved)
 
 
+def test_internal_modules_only_re_export_their_own_package() -> None:
+    """A package's ``_internal`` lists names its own modules define; no logic lives there."""
+    found = sorted((SRC / PACKAGE).rglob("_internal.py"))
+    assert len(found) >= 4
+    for path in found:
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+                continue  # the docstring
+            if isinstance(node, ast.ImportFrom) and (
+                node.module == "__future__" or (node.level == 1 and node.module)
+            ):
+                continue
+            if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == [
+                "__all__"
+            ]:
+                continue
+            raise AssertionError(f"{path}: line {node.lineno} is more than a re-export")
+
+
 def test_the_errors_module_imports_nothing_of_the_package() -> None:
     path = SRC / PACKAGE / "_errors.py"
     assert list(imported_modules(path.read_text(), "trio_rlmesh._errors", False, SRC)) == []

@@ -6,12 +6,15 @@ Importing this package never imports grpclib or asyncio; the gRPC transports liv
 
 from __future__ import annotations
 
+from ._errors import CodecError as CodecError
 from ._errors import EnvError as EnvError
 from ._errors import Error as Error
 from ._errors import HookError as HookError
+from ._errors import MetaConversionError as MetaConversionError
 from ._errors import ModelError as ModelError
 from ._errors import OperationTimeout as OperationTimeout
 from ._errors import ProtocolError as ProtocolError
+from ._errors import SpaceError as SpaceError
 from ._errors import SpecError as SpecError
 from ._errors import TransportError as TransportError
 from ._facade import RunLocalOptions as RunLocalOptions
@@ -19,9 +22,6 @@ from ._facade import run as run
 from ._facade import run_local as run_local
 from ._facade import run_remote as run_remote
 from ._version import __version__ as __version__
-from .protocol._internal import MetaConversionError as MetaConversionError
-from .spaces._internal import CodecError as CodecError
-from .spaces._internal import SpaceError as SpaceError
 
 __all__ = [
     "CodecError",

@@ -102,8 +102,8 @@ class RouteContract:
         Raises:
             SpaceError: an invalid space, or no action space.
         """
+        from .._errors import SpaceError
         from ..protocol import meta_to_python
-        from ..spaces._internal import SpaceError
 
         if spec.action_space is None:
             raise SpaceError("missing from the env spec", path="$.action_space")

@@ -45,7 +45,6 @@ from ._fastwire import (
     encode_model_join,
     encode_model_join_response,
 )
-from ._meta import MetaConversionError
 from ._wire import WIRE_LEN, WIRE_VARINT, encode_varint, read_varint, skip_field
 
 __all__ = [
@@ -71,7 +70,6 @@ __all__ = [
     "RESET_OPTION_TRIAL_INDEX",
     "WIRE_LEN",
     "WIRE_VARINT",
-    "MetaConversionError",
     "decode_checked",
     "decode_env_join_request",
     "decode_env_join_response",

@@ -16,10 +16,9 @@ from typing import Any, Literal
 import attrs
 import trio
 
-from .._errors import HookError, ProtocolError
+from .._errors import CodecError, HookError, ProtocolError
 from ..protocol import spaces_v1, spec_to_space
 from ..spaces import Space, decode_batch, encode_batch
-from ..spaces._internal import CodecError
 from ._calls import deadline_scope
 from ._episodes import EpisodeBook, EpisodeEnd, PlannedEpisode
 from ._hooks import (

@@ -1,6 +1,6 @@
 """What the spaces layer offers the other layers of trio-rlmesh; none of it is public API.
 
-Users import from :mod:`trio_rlmesh.spaces` (and the errors from :mod:`trio_rlmesh`). Other
+Users import from :mod:`trio_rlmesh.spaces` (and its errors from :mod:`trio_rlmesh`). Other
 layers import the spaces layer's internals from here and from no other private module of
 it (``tests/test_layering.py`` checks that).
 """
@@ -8,6 +8,6 @@ it (``tests/test_layering.py`` checks that).
 from __future__ import annotations
 
 from ._conformance import check_batch
-from ._errors import ROOT, CodecError, SpaceError, child_path, index_path
+from ._errors import ROOT, child_path, index_path
 
-__all__ = ["ROOT", "CodecError", "SpaceError", "check_batch", "child_path", "index_path"]
+__all__ = ["ROOT", "check_batch", "child_path", "index_path"]
