@@ -28,7 +28,7 @@ from typing import Any
 
 import trio
 
-from ._errors import Error, SpecError
+from . import _errors
 
 __all__ = ["RayEnvFleet", "RayEnvServer", "env_fleet"]
 
@@ -82,7 +82,7 @@ class RayEnvServer:
 
         env: Any = self._target
         if isinstance(env, str):
-            from ._cli._targets import load_env_target
+            from ._cli._internal import load_env_target
 
             env = load_env_target(env, self._kwargs)
         elif self._kwargs:
@@ -119,7 +119,7 @@ def _ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise SpecError(
+        raise _errors.SpecError(
             "env_fleet needs Ray: pip install 'trio-rlmesh[ray]'", operation=OPERATION
         ) from None
     return ray
@@ -160,7 +160,7 @@ async def env_fleet(
             did not start within ``start_timeout``.
     """
     if count < 1:
-        raise SpecError(f"env_fleet needs a count of 1 or more servers, got {count}")
+        raise _errors.SpecError(f"env_fleet needs a count of 1 or more servers, got {count}")
     ray = _ray()
     if not ray.is_initialized():
         # Connects to $RAY_ADDRESS, or starts a local Ray; takes seconds, once per process.
@@ -176,13 +176,15 @@ async def env_fleet(
                 lambda: ray.get(refs, timeout=start_timeout), abandon_on_cancel=True
             )
         except ray.exceptions.GetTimeoutError:
-            raise Error(
+            raise _errors.Error(
                 f"{count} env servers on Ray did not all start within {start_timeout} s; "
                 f"does the cluster have the resources each asks for ({dict(resources or {})})?",
                 operation=OPERATION,
             ) from None
         except ray.exceptions.RayError as exc:
-            raise Error(f"an env server actor failed to start: {exc}", operation=OPERATION) from exc
+            raise _errors.Error(
+                f"an env server actor failed to start: {exc}", operation=OPERATION
+            ) from exc
         yield RayEnvFleet(tuple(addresses), actors)
     finally:
         for actor in actors:

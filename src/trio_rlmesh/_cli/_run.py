@@ -24,7 +24,7 @@ from ..runtime import (
     RuntimeReport,
     StepCompleted,
 )
-from ..runtime._fleet import FleetRun
+from ..runtime._internal import FleetRun
 from ._exit import (
     EXIT_CANCELLED,
     EXIT_OK,
@@ -643,7 +643,7 @@ def _write_results(
         if report.endpoints:
             out.write(format_endpoints(report) + "\n")
         if args.telemetry and report.telemetry:
-            from ..runtime import format_telemetry
+            from ..runtime._internal import format_telemetry
 
             out.write(format_telemetry(report.telemetry) + "\n")
             for part in report.endpoints:  # a fleet: the total above, then each endpoint's
