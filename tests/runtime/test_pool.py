@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from trio_rlmesh.runtime import EpisodeBook, deterministic_reset_seed
+from trio_rlmesh.runtime._episodes import EpisodeBook
+from trio_rlmesh.runtime._ids import deterministic_reset_seed
 from trio_rlmesh.runtime._pool import EpisodePool
 
 # (pool options, script of actions, expected results) — each action is
