@@ -21,7 +21,7 @@ import copy
 import itertools
 import math
 from collections.abc import AsyncIterator, Iterable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import betterproto2
 import trio
@@ -68,6 +68,8 @@ TIMEOUT answer (which names the operation) normally arrives first."""
 DEFAULT_CLOSE_TIMEOUT: Final = 5.0
 
 _CLOSE_REASON: Final = "client close"
+
+_Timed = TypeVar("_Timed", env_v1.ResetRequest, env_v1.StepRequest)
 
 EnvClientStatistics = JoinStatistics
 """A snapshot of one client's Join traffic (requests sent, replies, stale, in flight)."""
@@ -279,6 +281,15 @@ class EnvClient:
             wire_ms, seconds = 0, None
         return wire_ms, seconds
 
+    def _with_deadline(self, request: _Timed, timeout: float | None) -> tuple[_Timed, float | None]:
+        """``request`` carrying the ``timeout_ms`` to send (a copy if that changes it: the
+        caller's object is never modified), and the local timer."""
+        wire_ms, local = self._deadline(request.timeout_ms, timeout)
+        if wire_ms != request.timeout_ms:
+            request = copy.copy(request)
+            request.timeout_ms = wire_ms
+        return request, local
+
     async def _call(
         self,
         request: env_v1.JoinRequest,
@@ -304,16 +315,19 @@ class EnvClient:
                 mux = await self._join()
                 response, sent, received = await self._roundtrip(mux, request)
             else:
-                with trio.fail_after(timeout + LOCAL_TIMEOUT_GRACE):
+                # A bare scope, not trio.fail_after: the generator-based context manager
+                # costs as much again as the scope itself, on every request.
+                deadline = trio.current_time() + timeout + LOCAL_TIMEOUT_GRACE
+                with trio.CancelScope(deadline=deadline) as scope:
                     mux = await self._join()
                     response, sent, received = await self._roundtrip(mux, request)
-        except trio.TooSlowError:
-            raise OperationTimeout(
-                f"{operation} on {self.address} got no reply within {timeout:g} s "
-                f"(nor the server's TIMEOUT answer {LOCAL_TIMEOUT_GRACE:g} s later)",
-                timeout=timeout,
-                **context,
-            ) from None
+                if scope.cancelled_caught:
+                    raise OperationTimeout(
+                        f"{operation} on {self.address} got no reply within {timeout:g} s "
+                        f"(nor the server's TIMEOUT answer {LOCAL_TIMEOUT_GRACE:g} s later)",
+                        timeout=timeout,
+                        **context,
+                    )
         except GrpcError as exc:
             if exc.status is Status.FAILED_PRECONDITION:
                 raise TransportError(
@@ -383,8 +397,9 @@ class EnvClient:
                 said so).
             TransportError: the connection failed or the server refused the call.
         """
-        request = copy.copy(request) if request is not None else env_v1.ResetRequest()
-        request.timeout_ms, local = self._deadline(request.timeout_ms, timeout)
+        request, local = self._with_deadline(
+            env_v1.ResetRequest() if request is None else request, timeout
+        )
         lane = request.env_indices[0] if len(request.env_indices) == 1 else None
         response, sent, received = await self._call(
             env_v1.JoinRequest(reset=request),
@@ -414,8 +429,7 @@ class EnvClient:
         ``step`` (for error messages) defaults to the step being attempted (the steps this
         client has completed, plus one). Raises like :meth:`reset`.
         """
-        request = copy.copy(request)
-        request.timeout_ms, local = self._deadline(request.timeout_ms, timeout)
+        request, local = self._with_deadline(request, timeout)
         lane = request.env_indices[0] if len(request.env_indices) == 1 else None
         response, sent, received = await self._call(
             env_v1.JoinRequest(step=request),

@@ -372,6 +372,7 @@ class H2Connection:
         sock = transport.socket if isinstance(transport, trio.SocketStream) else None
         self._fd: int | None = sock.fileno() if sock is not None else None
         self._eager = 0
+        self._drained = False
         self._request_callback = on_request
         config = h2.config.H2Configuration(
             client_side=client,
@@ -762,16 +763,25 @@ class H2Connection:
         fd = self._fd
         if fd is None:
             return await self._transport.receive_some(_READ_SIZE)
-        self._eager += 1
-        if self._eager > _EAGER_READS:
+        if self._drained:
+            # The last read emptied the socket: a read now would most likely find nothing
+            # (a wasted syscall and exception per message), so wait for data first.
             self._eager = 0
-            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.wait_readable(fd)
+        else:
+            self._eager += 1
+            if self._eager > _EAGER_READS:
+                self._eager = 0
+                await trio.lowlevel.checkpoint()
         while True:
             try:
-                return os.read(fd, _READ_SIZE)
+                data = os.read(fd, _READ_SIZE)
             except (BlockingIOError, InterruptedError):
                 self._eager = 0
                 await trio.lowlevel.wait_readable(fd)
+            else:
+                self._drained = len(data) < _READ_SIZE
+                return data
 
     async def _read(self) -> None:
         failure: ConnectionLost | None = None
