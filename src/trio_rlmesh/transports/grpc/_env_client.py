@@ -27,6 +27,7 @@ import betterproto2
 import trio
 
 from ..._errors import EnvError, Error, OperationTimeout, ProtocolError, SpecError, TransportError
+from ..._nursery import background_nursery
 from ...protocol import (
     CAP_SUBSET_STEP,
     COMPONENT_ENV,
@@ -170,8 +171,11 @@ class EnvClient:
         server_info: core_v1.PeerInfo,
         metadata: dict[str, str] | None,
         request_timeout: float | None = None,
+        nursery: trio.Nursery | None = None,
     ) -> None:
         self._channel = channel
+        self._nursery = nursery
+        """Where the Join stream's deadline watchdog runs (requests with a timeout need it)."""
         self._metadata = metadata
         self.address = address
         self.contract = contract
@@ -230,7 +234,7 @@ class EnvClient:
         self._ids = itertools.count(1)
         call = await self._channel.open_call(ENV_JOIN, self._metadata)
         mux: JoinMux[env_v1.JoinResponse] = JoinMux(
-            call, lambda data: decode(env_v1.JoinResponse, data), _request_id
+            call, lambda data: decode(env_v1.JoinResponse, data), _request_id, self._nursery
         )
         mux.start()
         # ConfigureEnv goes first, as the 0.1.0 runtime sends it. Its reply also proves
@@ -259,12 +263,17 @@ class EnvClient:
         )
 
     async def _roundtrip(
-        self, mux: JoinMux[env_v1.JoinResponse], request: env_v1.JoinRequest, *, end: bool = False
+        self,
+        mux: JoinMux[env_v1.JoinResponse],
+        request: env_v1.JoinRequest,
+        *,
+        end: bool = False,
+        deadline: float = math.inf,
     ) -> tuple[env_v1.JoinResponse, int, int]:
         request_id = f"grpc-req-{next(self._ids)}"
         request.request_id = request_id
         data = encode(request)
-        reply, size = await mux.request(request_id, data, end=end)
+        reply, size = await mux.request(request_id, data, end=end, deadline=deadline)
         return reply, len(data), size
 
     # ------------------------------------------------------------------ requests
@@ -310,24 +319,26 @@ class EnvClient:
             raise TransportError(
                 f"{operation} on {self.address}: the env client is closed", **context
             )
+        deadline = math.inf
+        if timeout is not None:
+            deadline = trio.current_time() + timeout + LOCAL_TIMEOUT_GRACE
         try:
-            if timeout is None:
-                mux = await self._join()
-                response, sent, received = await self._roundtrip(mux, request)
-            else:
-                # A bare scope, not trio.fail_after: the generator-based context manager
-                # costs as much again as the scope itself, on every request.
-                deadline = trio.current_time() + timeout + LOCAL_TIMEOUT_GRACE
+            mux = self._mux
+            if mux is None:
                 with trio.CancelScope(deadline=deadline) as scope:
                     mux = await self._join()
-                    response, sent, received = await self._roundtrip(mux, request)
                 if scope.cancelled_caught:
-                    raise OperationTimeout(
-                        f"{operation} on {self.address} got no reply within {timeout:g} s "
-                        f"(nor the server's TIMEOUT answer {LOCAL_TIMEOUT_GRACE:g} s later)",
-                        timeout=timeout,
-                        **context,
-                    )
+                    raise trio.TooSlowError
+                assert mux is not None
+            # The multiplexer's watchdog enforces the deadline: no cancel scope per request.
+            response, sent, received = await self._roundtrip(mux, request, deadline=deadline)
+        except trio.TooSlowError:
+            raise OperationTimeout(
+                f"{operation} on {self.address} got no reply within {timeout:g} s "
+                f"(nor the server's TIMEOUT answer {LOCAL_TIMEOUT_GRACE:g} s later)",
+                timeout=timeout,
+                **context,
+            ) from None
         except GrpcError as exc:
             if exc.status is Status.FAILED_PRECONDITION:
                 raise TransportError(
@@ -572,7 +583,10 @@ async def open_env_client(
     """
     editions = tuple(editions)
     metadata = auth_metadata(token)
-    async with get_backend(backend).open_channel(address, settings) as channel:
+    async with (
+        get_backend(backend).open_channel(address, settings) as channel,
+        background_nursery() as nursery,
+    ):
         display = channel.label
         context: dict[str, Any] = {"operation": "env.handshake", "address": display}
         request = env_v1.HandshakeRequest(base=handshake_request(COMPONENT_ENV, editions=editions))
@@ -599,6 +613,7 @@ async def open_env_client(
             server_info=base.peer_info or core_v1.PeerInfo(),
             metadata=metadata,
             request_timeout=request_timeout,
+            nursery=nursery,
         )
         try:
             yield client
