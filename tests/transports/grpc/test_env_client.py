@@ -432,7 +432,7 @@ async def test_a_sooner_deadline_is_enforced_while_a_later_one_is_pending(
                 nursery.start_soon(lambda: env.step(action(1), timeout=10))
                 await trio.sleep(0.01)
                 start = trio.current_time()
-                with pytest.raises(OperationTimeout, match="no reply within 0.1 s") as info:
+                with pytest.raises(OperationTimeout, match=r"no reply within 0\.1 s") as info:
                     await env.step(action(2), timeout=0.1)
                 assert elapsed_is(clock, start, 1.1)
                 nursery.cancel_scope.cancel()
