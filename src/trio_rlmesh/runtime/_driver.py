@@ -212,6 +212,8 @@ class RuntimeDriver:
                 window = spec.limits.telemetry_window
                 if window and self._events.wants_telemetry:
                     nursery.start_soon(self._tick, ticker, window)
+                else:
+                    self._telemetry.drop_window()  # no ticker reads it
                 try:
                     with self._stop_scope:
                         await self._events.session_started(spec.num_envs, not self._lockstep)
