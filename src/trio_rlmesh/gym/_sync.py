@@ -23,7 +23,6 @@ from .._errors import SpecError
 from ..transports.grpc import BackendName, GrpcSettings
 from ._async import (
     DEFAULT_REQUEST_TIMEOUT,
-    AsyncRemoteEnv,
     AsyncRemoteVectorEnv,
     open_remote_env,
     open_remote_vector_env,
@@ -36,19 +35,67 @@ CLOSE_TIMEOUT = 10.0
 """Seconds ``close()`` (and the exit-time finalizer) waits for the trio thread to end."""
 
 
-def _check_render_mode(
-    render_mode: str | None, served: str | None, runner: TrioThread[Any]
-) -> None:
-    if render_mode is not None and render_mode != served:
+class _Bound:
+    """What :func:`_start` binds on a sync remote env: its thread and the async env's calls."""
+
+    _runner: TrioThread[Any]
+    _finalizer: weakref.finalize[Any, Any]
+    _call: Callable[..., Any]
+    _step: Callable[..., Any]
+    _reset: Callable[..., Any]
+    _render: Callable[..., Any]
+    address: str
+    """The endpoint's display address."""
+
+
+def _start(
+    owner: RemoteEnv | RemoteVectorEnv,
+    opener: Callable[..., Any],
+    address: str,
+    render_mode: str | None,
+    check: Callable[[Any], None] | None = None,
+    **options: Any,
+) -> Any:
+    """Open the async remote env on a private trio thread and bind ``owner`` to it.
+
+    Runs ``check`` on the opened env (and the render-mode check) before binding; on any
+    refusal the thread is closed before the error propagates. Returns the async env.
+    """
+    kind = type(owner).__name__
+    runner: TrioThread[Any] = TrioThread(
+        functools.partial(opener, address, **options),
+        name=f"trio-rlmesh {kind} {address}",
+        close_timeout=CLOSE_TIMEOUT,
+    )
+    remote = runner.resource
+    try:
+        if render_mode is not None and render_mode != remote.render_mode:
+            raise SpecError(
+                f"render_mode={render_mode!r}: the remote env renders in "
+                f"{remote.render_mode!r}, set by its server; a remote env cannot be made "
+                "with another render mode",
+                operation="env.handshake",
+            )
+        if check is not None:
+            check(remote)
+    except BaseException:
         runner.close()
-        raise SpecError(
-            f"render_mode={render_mode!r}: the remote env renders in {served!r}, set by its "
-            "server; a remote env cannot be made with another render mode",
-            operation="env.handshake",
-        )
+        raise
+    owner._runner = runner
+    owner._finalizer = weakref.finalize(owner, runner.close)
+    owner._call = runner.call
+    owner._step = remote.step
+    owner._reset = remote.reset
+    owner._render = remote.render
+    owner.address = remote.address
+    owner.observation_space = remote.observation_space
+    owner.action_space = remote.action_space
+    owner.metadata = remote.metadata
+    owner.render_mode = remote.render_mode
+    return remote
 
 
-class RemoteEnv(gymnasium.Env[Any, Any]):
+class RemoteEnv(_Bound, gymnasium.Env[Any, Any]):
     """A remote single-lane env as a synchronous ``gymnasium.Env``.
 
     Works with any rlmesh-wire-v1 env server (``serve_env``, ``trio-rlmesh serve-env``,
@@ -95,9 +142,11 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
         settings: GrpcSettings | None = None,
         render_mode: str | None = None,
     ) -> None:
-        opener = functools.partial(
+        _start(
+            self,
             open_remote_env,
             address,
+            render_mode,
             token=token,
             connect_timeout=connect_timeout,
             request_timeout=request_timeout,
@@ -105,23 +154,6 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
             backend=backend,
             settings=settings,
         )
-        runner: TrioThread[AsyncRemoteEnv] = TrioThread(
-            opener, name=f"trio-rlmesh RemoteEnv {address}", close_timeout=CLOSE_TIMEOUT
-        )
-        remote = runner.resource
-        _check_render_mode(render_mode, remote.render_mode, runner)
-        self._runner = runner
-        self._finalizer = weakref.finalize(self, runner.close)
-        self._call = runner.call
-        self._step: Callable[..., Any] = remote.step
-        self._reset: Callable[..., Any] = remote.reset
-        self._render: Callable[..., Any] = remote.render
-        self.address: str = remote.address
-        """The endpoint's display address."""
-        self.observation_space = remote.observation_space
-        self.action_space = remote.action_space
-        self.metadata = remote.metadata
-        self.render_mode = remote.render_mode
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -150,7 +182,7 @@ class RemoteEnv(gymnasium.Env[Any, Any]):
         return not self._finalizer.alive
 
 
-class RemoteVectorEnv(gymnasium.vector.VectorEnv[Any, Any, Any]):
+class RemoteVectorEnv(_Bound, gymnasium.vector.VectorEnv[Any, Any, Any]):
     """Every lane of a remote env endpoint as a synchronous ``gymnasium.vector.VectorEnv``.
 
     The endpoint may serve a Gymnasium vector env (its lanes step in lockstep and it
@@ -196,9 +228,21 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv[Any, Any, Any]):
         settings: GrpcSettings | None = None,
         render_mode: str | None = None,
     ) -> None:
-        opener = functools.partial(
+        def check_lanes(remote: AsyncRemoteVectorEnv) -> None:
+            if num_envs is not None and num_envs != remote.num_envs:
+                raise SpecError(
+                    f"num_envs={num_envs}: the env at {remote.address} serves "
+                    f"{remote.num_envs} lanes",
+                    operation="env.handshake",
+                    address=remote.address,
+                )
+
+        remote: AsyncRemoteVectorEnv = _start(
+            self,
             open_remote_vector_env,
             address,
+            render_mode,
+            check_lanes,
             token=token,
             connect_timeout=connect_timeout,
             request_timeout=request_timeout,
@@ -206,33 +250,9 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv[Any, Any, Any]):
             backend=backend,
             settings=settings,
         )
-        runner: TrioThread[AsyncRemoteVectorEnv] = TrioThread(
-            opener, name=f"trio-rlmesh RemoteVectorEnv {address}", close_timeout=CLOSE_TIMEOUT
-        )
-        remote = runner.resource
-        _check_render_mode(render_mode, remote.render_mode, runner)
-        if num_envs is not None and num_envs != remote.num_envs:
-            runner.close()
-            raise SpecError(
-                f"num_envs={num_envs}: the env at {remote.address} serves {remote.num_envs} lanes",
-                operation="env.handshake",
-                address=remote.address,
-            )
-        self._runner = runner
-        self._finalizer = weakref.finalize(self, runner.close)
-        self._call = runner.call
-        self._step: Callable[..., Any] = remote.step
-        self._reset: Callable[..., Any] = remote.reset
-        self._render: Callable[..., Any] = remote.render
-        self.address: str = remote.address
-        """The endpoint's display address."""
         self.num_envs = remote.num_envs
         self.single_observation_space = remote.single_observation_space
         self.single_action_space = remote.single_action_space
-        self.observation_space = remote.observation_space
-        self.action_space = remote.action_space
-        self.metadata = remote.metadata
-        self.render_mode = remote.render_mode
 
     def reset(
         self,
