@@ -19,7 +19,7 @@ import trio
 
 from ._errors import SpecError
 from .protocol import WORKFLOW_EDITION
-from .runtime._worker import UserCode, check_user_code
+from .runtime._internal import UserCode, check_user_code
 
 if TYPE_CHECKING:
     from .model import ModelHandler
@@ -149,7 +149,8 @@ def _check_drivable(num_envs: int, subset_step: bool, options: RunLocalOptions) 
 @asynccontextmanager
 async def _open_env(options: RunLocalOptions) -> AsyncIterator[_Env]:
     """Connect to the env server, or host the env in this process (no network)."""
-    from .protocol import CAP_SUBSET_STEP, CAPABILITY_TRUE, read_env_contract
+    from .protocol import read_env_contract
+    from .protocol._internal import CAP_SUBSET_STEP, CAPABILITY_TRUE
 
     target = options.env_address
     if isinstance(target, str):
@@ -222,10 +223,10 @@ async def _run(
     ``task_status.started`` receives the :class:`~trio_rlmesh.runtime.RuntimeDriver` (so
     a caller can ``cancel`` it) right before driving starts.
     """
-    from .model._wire import route_request
-    from .protocol import MAX_MESSAGE_SIZE
+    from .model._internal import route_request
+    from .protocol._internal import MAX_MESSAGE_SIZE
     from .runtime import PeerCeiling, RuntimeDriver, RuntimeLimits, RuntimeSessionSpec
-    from .runtime._ids import mint_uuid7
+    from .runtime._internal import mint_uuid7
 
     contract = env.contract
     num_envs = max(1, int(contract.num_envs))
@@ -287,7 +288,7 @@ async def _run_session(
     Private: it takes the protocol ``EnvContract``, and protocol types stay out of the
     public signatures.
     """
-    from .protocol import CAP_SUBSET_STEP, CAPABILITY_TRUE
+    from .protocol._internal import CAP_SUBSET_STEP, CAPABILITY_TRUE
 
     capabilities = {CAP_SUBSET_STEP: CAPABILITY_TRUE} if subset_step else {}
     endpoint = _Env(env, contract, subset_step, options.workflow_edition, capabilities, "local-env")

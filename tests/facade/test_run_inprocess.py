@@ -20,11 +20,12 @@ import pytest
 import trio
 
 import trio_rlmesh
+from tests.facade.helpers import exact
 from tests.interop import envs as fixture_envs
 from tests.spaces.catalogue import catalogue_spaces
-from trio_rlmesh import RunLocalOptions, run_local
+from trio_rlmesh import RunLocalOptions, SpaceError, run_local
 from trio_rlmesh.runtime import ObservationEmitted, RuntimeHooks, RuntimeReport
-from trio_rlmesh.spaces import Space, SpaceError, Text, to_gymnasium
+from trio_rlmesh.spaces import Space, Text, to_gymnasium
 from trio_rlmesh.transports.grpc import serve_env
 
 
@@ -46,14 +47,15 @@ class BatchPolicy(Policy):
 
 
 class Observations(RuntimeHooks):
-    """Every observation the driver emitted, as wire leaves, per group of lanes (lanes of a
-    lane endpoint interleave in any order; each lane's own sequence is what must match)."""
+    """Every observation the driver emitted, exactly (dtype, shape, bytes), per group of lanes
+    (lanes of a lane endpoint interleave in any order; each lane's own sequence is what must
+    match)."""
 
     def __init__(self) -> None:
-        self.seen: dict[tuple[int, ...], list[tuple[bytes, ...]]] = {}
+        self.seen: dict[tuple[int, ...], list[Any]] = {}
 
     async def observation_emitted(self, event: ObservationEmitted) -> None:
-        self.seen.setdefault(tuple(event.env_indices), []).append(tuple(event.observation))
+        self.seen.setdefault(tuple(event.env_indices), []).append(exact(event.observation))
 
 
 class CatalogueEnv(gym.Env[Any, Any]):

@@ -414,7 +414,7 @@ async def test_a_callers_cancel_scope_leaves_nothing_running() -> None:
 
 async def test_base_seed_derives_the_same_seeds_in_every_run() -> None:
     """The default session id is constant, so a base seed is reproducible across processes."""
-    from trio_rlmesh.runtime import deterministic_reset_seed
+    from trio_rlmesh.runtime._ids import deterministic_reset_seed
 
     with trio.fail_after(60):
         async with serving(gym.make(CARTPOLE)) as address:

@@ -4,8 +4,14 @@ import math
 
 import pytest
 
-from trio_rlmesh.runtime import TelemetryRecorder, TelemetryRow, format_telemetry
-from trio_rlmesh.runtime._telemetry import Reservoir, XorShift64Star, summarize
+from trio_rlmesh.runtime import TelemetryRow
+from trio_rlmesh.runtime._telemetry import (
+    Reservoir,
+    TelemetryRecorder,
+    XorShift64Star,
+    format_telemetry,
+    summarize,
+)
 
 
 def test_xorshift64star_sequence_is_pinned() -> None:

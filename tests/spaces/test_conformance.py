@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from trio_rlmesh.spaces import (
     Box,
-    Deviation,
     Dict,
     Discrete,
     DType,
@@ -18,8 +17,8 @@ from trio_rlmesh.spaces import (
     Space,
     Text,
     Tuple,
-    check_batch,
 )
+from trio_rlmesh.spaces._conformance import Deviation, check_batch
 
 from .catalogue import CATALOGUE, NESTED, values_for
 

@@ -508,7 +508,7 @@ def _write_results(
         shown = report if failure is None else attrs.evolve(report, reason=None)
         out.write(format_summary(shown) + "\n")
         if args.telemetry and report.telemetry:
-            from ..runtime import format_telemetry
+            from ..runtime._internal import format_telemetry
 
             out.write(format_telemetry(report.telemetry) + "\n")
         out.flush()

@@ -45,8 +45,8 @@ import attrs
 import trio
 
 from .._errors import Error, ModelError
-from ..runtime._worker import UserCode, WorkerUnavailable, check_user_code, new_worker
-from ..spaces._spaces import Space
+from ..runtime._internal import UserCode, WorkerUnavailable, check_user_code, new_worker
+from ..spaces import Space
 from ._corners import Corner, Corners, find_corners
 from ._episodes import EpisodeStore, PredictContext
 from ._handler import (

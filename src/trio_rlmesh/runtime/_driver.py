@@ -20,7 +20,8 @@ import trio
 
 from .._errors import EnvError, Error, ModelError, ProtocolError
 from .._errors import SpecError as SpecError
-from ..protocol import RESET_OPTION_TRIAL_INDEX, env_v1, model_v1, python_to_meta, spaces_v1
+from ..protocol import env_v1, model_v1, python_to_meta, spaces_v1
+from ..protocol._internal import RESET_OPTION_TRIAL_INDEX
 from ._advisories import FailureLog, advisories
 from ._calls import (
     Background,

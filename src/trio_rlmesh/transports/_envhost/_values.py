@@ -16,22 +16,11 @@ from typing import Any, Literal
 import attrs
 import numpy as np
 
-from ...protocol import (
-    META_CONFORMANCE_WARNING,
-    MetaConversionError,
-    env_v1,
-    python_to_meta,
-    spaces_v1,
-)
-from ...spaces import (
-    CodecError,
-    Space,
-    check_batch,
-    decode_batch,
-    encode_batch,
-    stack_lanes,
-    unstack,
-)
+from ..._errors import CodecError, MetaConversionError
+from ...protocol import env_v1, python_to_meta, spaces_v1
+from ...protocol._internal import META_CONFORMANCE_WARNING
+from ...spaces import Space, decode_batch, encode_batch, stack_lanes, unstack
+from ...spaces._internal import check_batch
 from ._errors import Code, WireError
 
 __all__ = [

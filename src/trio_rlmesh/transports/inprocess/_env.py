@@ -24,10 +24,9 @@ from typing import Any, TypeVar
 import trio
 
 from ..._errors import EnvError
-from ...protocol import core_v1, env_v1
-from ...protocol._spacespec import EnvContractInfo, read_env_contract
-from ...runtime._interfaces import EndpointTimings, EnvResetResult, EnvStepResult
-from ...runtime._worker import UserCode, WorkerUnavailable, check_user_code, new_worker
+from ...protocol import EnvContractInfo, core_v1, env_v1, read_env_contract
+from ...runtime import EndpointTimings, EnvResetResult, EnvStepResult
+from ...runtime._internal import UserCode, WorkerUnavailable, check_user_code, new_worker
 from .._envhost import Call, Code, EnvHost, Plan, ValidationPolicy, WireError, run_plan
 
 __all__ = ["GymEnvRuntimeEnv"]

@@ -20,20 +20,19 @@ from typing import NamedTuple
 import trio
 
 from ..._errors import Error, ModelError
-from ...model import as_handler
-from ...model._engine import ModelEngine
-from ...model._handler import (
+from ...model import (
     HeldState,
+    ModelEngine,
     ModelHandler,
     ModelObservation,
     PredictFrames,
     RouteContract,
+    as_handler,
 )
-from ...model._wire import encode_frames, observation_from_request, resolve_route
-from ...protocol import core_v1, model_v1
-from ...protocol._spacespec import EnvContractInfo, read_env_contract
-from ...runtime._interfaces import EndpointTimings, ModelPrediction
-from ...runtime._worker import UserCode
+from ...model._internal import encode_frames, observation_from_request, resolve_route
+from ...protocol import EnvContractInfo, core_v1, model_v1, read_env_contract
+from ...runtime import EndpointTimings, ModelPrediction
+from ...runtime._internal import UserCode
 
 __all__ = ["ModelHandlerRuntimeModel"]
 
