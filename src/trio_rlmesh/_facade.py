@@ -38,7 +38,9 @@ def _seeds(value: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
-def _user_code(value: str) -> UserCode:
+def _user_code(value: str | None) -> UserCode | None:
+    if value is None:
+        return None
     try:
         return check_user_code(value)
     except ValueError as exc:
@@ -131,14 +133,25 @@ class RunLocalOptions:
     fuse_wait: float = attrs.field(default=0.002, converter=_fuse_wait)
     """Fleet runs: how long (seconds) a fused predict waits for every endpoint's request
     before it goes without the ones not yet ready (0: take what is ready)."""
-    user_code: UserCode = attrs.field(default="thread", converter=_user_code)
+    user_code: UserCode | None = attrs.field(default=None, converter=_user_code)
     """Where in-process user code (the model's, and the env's when it is hosted here) runs.
     ``"thread"``: on a worker thread of its own, so ``limits.model_predict_timeout`` and
-    cancellation (Ctrl-C) can abandon a predict that hangs. ``"inline"``: on the trio
-    thread, a thread hand-off (tens of µs) cheaper per predict, but a blocking predict then
-    freezes the event loop, no deadline fires and Ctrl-C waits for it. A
+    cancellation (Ctrl-C) can abandon a call that hangs. ``"inline"``: on the trio thread,
+    a thread hand-off (tens of µs) cheaper per call, but a blocking call then freezes the
+    event loop, no deadline fires and Ctrl-C waits for it. ``None`` (the default):
+    ``"inline"`` when the env is hosted in this process (as ``rlmesh.run(model, env)``
+    runs it), ``"thread"`` when it is reached over the network (see
+    ``docs/embedding.md``, *Where user code runs*). A
     :class:`~trio_rlmesh.model.ModelHandler` passed to :func:`run_local` as is keeps its
     own choice."""
+
+
+def _where_user_code_runs(options: RunLocalOptions) -> UserCode:
+    """``options.user_code``, its default decided by where the env runs."""
+    if options.user_code is not None:
+        return options.user_code
+    served = isinstance(options.env_address, str) or _is_fleet(options)
+    return "thread" if served else "inline"
 
 
 @attrs.frozen
@@ -198,7 +211,7 @@ async def _open_env(options: RunLocalOptions) -> AsyncIterator[_Env]:
 
     # Opening may call a factory (user code), so not on the event loop.
     env = await trio.to_thread.run_sync(
-        lambda: GymEnvRuntimeEnv(target, user_code=options.user_code)
+        lambda: GymEnvRuntimeEnv(target, user_code=_where_user_code_runs(options))
     )
     capabilities = {CAP_SUBSET_STEP: CAPABILITY_TRUE} if env.subset_step else {}
     try:
@@ -226,7 +239,7 @@ async def _open_model(
     from .model import as_handler
     from .transports.inprocess import ModelHandlerRuntimeModel
 
-    yield ModelHandlerRuntimeModel(as_handler(model, user_code=options.user_code))
+    yield ModelHandlerRuntimeModel(as_handler(model, user_code=_where_user_code_runs(options)))
 
 
 async def _run(

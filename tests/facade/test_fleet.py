@@ -343,3 +343,12 @@ async def test_a_fleet_against_a_served_model_fuses_its_predicts_there() -> None
     assert {e.endpoint for e in report.episodes} == set(addresses)
     # The server's model saw rows from several endpoints in one call.
     assert max(model.batch_sizes) > 1
+
+
+def test_a_fleets_user_code_runs_on_threads_by_default_as_for_one_served_env() -> None:
+    from trio_rlmesh._facade import _where_user_code_runs
+
+    assert _where_user_code_runs(RunLocalOptions(["127.0.0.1:1", "127.0.0.1:2"])) == "thread"
+    assert _where_user_code_runs(RunLocalOptions("127.0.0.1:1")) == "thread"
+    fleet = RunLocalOptions(["127.0.0.1:1", "127.0.0.1:2"], user_code="inline")
+    assert _where_user_code_runs(fleet) == "inline"

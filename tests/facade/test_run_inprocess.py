@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import zlib
 from typing import Any
 
@@ -242,3 +243,47 @@ async def test_run_local_takes_a_factory_and_a_vector_env() -> None:
     assert report.status == "completed"
     assert len(report.episodes) == 4
     assert {e.env_index for e in report.episodes} <= {0, 1, 2}
+
+
+class _Where:
+    """Notes the thread every env step and every predict ran on."""
+
+    def __init__(self) -> None:
+        self.env: set[int] = set()
+        self.model: set[int] = set()
+
+    def predict(self, obs: Any) -> Any:
+        self.model.add(threading.get_ident())
+        return np.int64(obs[2] + 0.3 * obs[3] > 0)
+
+    def wrap(self, env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
+        where = self
+
+        class Noting(gym.Wrapper[Any, Any, Any, Any]):
+            def step(self, action: Any) -> Any:
+                where.env.add(threading.get_ident())
+                return super().step(action)
+
+        return Noting(env)
+
+
+@pytest.mark.parametrize(
+    ("options", "inline"),
+    [({}, True), ({"user_code": None}, True), ({"user_code": "inline"}, True),
+     ({"user_code": "thread"}, False)],
+)  # fmt: skip
+def test_an_env_hosted_here_runs_its_code_and_the_models_inline_by_default(
+    options: dict[str, Any], inline: bool
+) -> None:
+    # As rlmesh.run(model, env) does; user_code="thread" puts both on worker threads.
+    where = _Where()
+    env = where.wrap(gym.make("CartPole-v1"))
+    report = trio_rlmesh.run(where, env, max_episodes=1, max_episode_steps=5, **options)
+    assert report.status == "completed"
+    here = threading.get_ident()
+    if inline:
+        assert where.env == where.model == {here}
+    else:
+        assert len(where.env) == len(where.model) == 1
+        assert here not in where.env | where.model
+        assert where.env != where.model

@@ -437,8 +437,9 @@ class _Where:
         return np.int64(lean(observation))
 
 
-@pytest.mark.parametrize("user_code", ["thread", "inline"])
-async def test_user_code_decides_where_the_models_predicts_run(user_code: str) -> None:
+@pytest.mark.parametrize("user_code", [None, "thread", "inline"])
+async def test_user_code_decides_where_the_models_predicts_run(user_code: str | None) -> None:
+    # None (the default) with a served env: a worker thread, where a deadline can fire.
     model = _Where()
     with trio.fail_after(60):
         async with serving(gym.make(CARTPOLE)) as address:
@@ -446,7 +447,7 @@ async def test_user_code_decides_where_the_models_predicts_run(user_code: str) -
                 address, max_episodes=1, max_episode_steps=5, user_code=user_code
             )
             assert (await run_local(model, options)).status == "completed"
-    if user_code == "thread":
+    if user_code != "inline":
         assert len(model.threads) == 1
         assert model.threads != {threading.get_ident()}
     else:

@@ -204,3 +204,20 @@ def test_merged_sessions_pool_samples_and_sum_counts_and_take_overrides() -> Non
     assert (step.count, step.avg, step.p50, step.p99) == (3, 3.0, 2.0, 6.0)
     size = rows["model.predict", "group.size"]
     assert (size.count, size.avg) == (2, 1.5)
+
+
+def test_a_dropped_window_keeps_no_samples_and_leaves_the_session_as_it_was() -> None:
+    values = [float((v * 37) % 1009) for v in range(20_000)]
+    both, session_only = TelemetryRecorder(), TelemetryRecorder()
+    early = session_only.sink("env.step", "rpc.total")  # resolved before the drop
+    session_only.drop_window()
+    for value in values:
+        both.record("env.step", "rpc.total", value)
+        early(value)
+        both.record("model.predict", "rpc.total", value)
+        session_only.record("model.predict", "rpc.total", value)  # a series made after
+    session_only.flush_window()
+    assert session_only.snapshot("session") == both.snapshot("session")
+    assert [row.count for row in session_only.snapshot("session")] == [20_000, 20_000]
+    assert session_only.snapshot("window") == []
+    assert all(series.window is None for series in session_only._series.values())

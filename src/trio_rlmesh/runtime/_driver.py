@@ -227,6 +227,8 @@ class RuntimeDriver:
                 window = spec.limits.telemetry_window
                 if window and self._events.wants_telemetry:
                     nursery.start_soon(self._tick, ticker, window)
+                else:
+                    self._telemetry.drop_window()  # no ticker reads it
                 try:
                     with self._stop_scope:
                         await self._events.session_started(spec.num_envs, not self._lockstep)
@@ -369,9 +371,10 @@ class RuntimeDriver:
             else:
                 spawned = self._spawned
                 await trio.lowlevel.checkpoint()
-            if plan.prefetch_due():
+            queued = plan.queue
+            if queued and plan.prefetch_due():
                 self._prefetch(plan)
-            frame = plan.replay()
+            frame = plan.replay() if queued else None
             replayed = frame is not None
             if frame is None:
                 frame = await self._predicted_frame(plan)
@@ -481,7 +484,7 @@ class RuntimeDriver:
 
     async def _predicted_frame(self, plan: _Plan) -> spaces_v1.SpaceValue:
         """The frame to apply when nothing is queued: from the prefetch, or a fresh predict."""
-        pending = plan.take_prefetch()
+        pending = plan.take_prefetch() if plan.prefetching else None
         if pending is not None:
             handle, offset = pending
             prediction = await handle.result()

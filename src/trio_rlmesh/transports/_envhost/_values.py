@@ -34,6 +34,9 @@ __all__ = [
 
 ValidationPolicy = Literal["warn", "strict", "off"]
 
+_NONE: list[Any] = []
+"""No warnings (shared: callers never mutate a warnings list)."""
+
 
 @attrs.define(eq=False)
 class ValueGate:
@@ -101,10 +104,11 @@ class ValueGate:
         return _writable(batch)
 
     def _check(self, kind: str, batch: Any, n: int, code: env_v1.EnvErrorCode) -> list[Any]:
+        deviations = check_batch(self._space(kind), batch, n)
+        if not deviations:
+            return _NONE
         if self.policy == "off":
-            deviations = [d for d in check_batch(self._space(kind), batch, n) if d.kind != "range"]
-        else:
-            deviations = check_batch(self._space(kind), batch, n)
+            deviations = [d for d in deviations if d.kind != "range"]
         structural = [d for d in deviations if d.kind == "structural"]
         if structural:
             first = structural[0]

@@ -82,6 +82,14 @@ class GymEnvRuntimeEnv:
             for k in range(self.host.workers)
         ]
         self._user_code: UserCode = user_code
+        # The async methods a synchronous form may stand in for: in inline mode, those the
+        # class did not replace (an instance patch is checked per call).
+        self._inline = frozenset(
+            name
+            for name in ("reset", "step")
+            if user_code == "inline"
+            and getattr(type(self), name) is getattr(GymEnvRuntimeEnv, name)
+        )
 
     @property
     def user_code(self) -> UserCode:
@@ -98,10 +106,7 @@ class GymEnvRuntimeEnv:
         while open, and not when a subclass (or a patch on this instance) replaced the async
         method (the driver must then go through the replacement)."""
         return (
-            self._user_code == "inline"
-            and not self._workers[0].closed
-            and method not in self.__dict__
-            and getattr(type(self), method) is getattr(GymEnvRuntimeEnv, method)
+            method in self._inline and not self._workers[0].closed and method not in self.__dict__
         )
 
     async def _run(self, call: Call) -> Any:

@@ -92,6 +92,8 @@ class ModelHandlerRuntimeModel:
         # The driver may evict episodes while a grouped predict is being prepared; the
         # handler sees one call at a time, as a served handler does.
         self._lock = trio.Lock()
+        # predict_inline may stand in for predict only when the class did not replace it.
+        self._inline_class = type(self).predict is ModelHandlerRuntimeModel.predict
 
     @property
     def wants_history(self) -> bool:
@@ -171,9 +173,9 @@ class ModelHandlerRuntimeModel:
         if (
             type(engine) is not ModelEngine
             or not engine.runs_inline
+            or not self._inline_class
             or self._lock.locked()
             or "predict" in self.__dict__
-            or type(self).predict is not ModelHandlerRuntimeModel.predict
         ):
             return None
         started = time.perf_counter_ns()
