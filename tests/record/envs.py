@@ -70,6 +70,19 @@ class Stepper(gym.Env[np.ndarray, np.int64]):
         return frame
 
 
+def read_video(path: Any, height: int, width: int) -> np.ndarray:
+    """An MP4's RGB frames of ``height`` x ``width``, decoded by imageio-ffmpeg's ffmpeg."""
+    import subprocess
+
+    import imageio_ffmpeg
+
+    argv = [imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-i", str(path)]
+    raw = subprocess.run(
+        [*argv, "-f", "rawvideo", "-pix_fmt", "rgb24", "-"], capture_output=True, check=True
+    ).stdout
+    return np.frombuffer(raw, np.uint8).reshape(-1, height, width, 3)
+
+
 def rollout(seed: int, actions: Any) -> tuple[list[np.ndarray], list[float], list[dict[str, Any]]]:
     """A direct Gymnasium rollout of :class:`Stepper` with ``seed`` and ``actions``."""
     env = Stepper()

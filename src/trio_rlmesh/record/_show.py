@@ -121,6 +121,7 @@ def plot_returns(summary: DatasetSummary, out: str | os.PathLike[str]) -> Path:
     """
     try:
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise SpecError(f"plotting returns needs matplotlib: {EXTRA}") from None
     target = Path(os.fspath(out))
@@ -131,6 +132,7 @@ def plot_returns(summary: DatasetSummary, out: str | os.PathLike[str]) -> Path:
     if summary.episodes:
         mean = statistics.fmean(summary.returns)
         axes.axhline(mean, color="tab:red", linestyle="--", linewidth=1, label=f"mean {mean:.2f}")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("episode")
     axes.set_ylabel("return")
     axes.set_title(f"{summary.dataset_id}: {summary.env_id or 'env'}, {summary.model or 'model'}")

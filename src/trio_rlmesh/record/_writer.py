@@ -8,7 +8,7 @@ middle of a write: what is on disk is then the episodes of the batches written s
 
 Minari writes an episode's arrays first and the dataset's ``metadata.json`` (with its
 episode count) after, and readers read only the episodes the metadata counts. A video is
-written to a ``.part`` file and renamed when complete.
+written to a ``NAME.part.mp4`` file and renamed when complete.
 """
 
 from __future__ import annotations
@@ -80,8 +80,9 @@ class DatasetWriter:
 
     @property
     def data_path(self) -> Path | None:
-        """Where Minari keeps the data (``dataset/data``)."""
-        return None if self.options.dataset is None else self.options.dataset / "data"
+        """Where Minari keeps the data (``dataset/data``), absolute (Minari's HDF5 backend
+        resolves a relative one against itself)."""
+        return None if self.options.dataset is None else self.options.dataset.absolute() / "data"
 
     # ------------------------------------------------------------------ sessions
 
@@ -212,7 +213,8 @@ class DatasetWriter:
             )
         iio = require_video("recording videos")
         target = self.options.video / f"episode-{number:06d}.mp4"
-        part = target.with_name(target.name + ".part")
+        # ffmpeg picks the container by the extension: the partial file keeps ``.mp4``.
+        part = target.with_name(f"{target.stem}.part.mp4")
         try:
             frames = np.stack([_even(np.asarray(iio.imread(png))) for png in episode.frames])
             iio.imwrite(
