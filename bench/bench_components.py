@@ -33,26 +33,6 @@ def _median_us(fn: Callable[[], Any], reps: int, batches: int = 7) -> float:
     return statistics.median(results)
 
 
-def _portal_round_trip_us(reps: int) -> float:
-    from trio_rlmesh.transports.grpc import open_portal
-
-    async def noop() -> None:
-        return None
-
-    async def main() -> float:
-        async with open_portal() as portal:
-            for _ in range(50):
-                await portal.run(noop)
-            samples = []
-            for _ in range(reps):
-                started = time.perf_counter_ns()
-                await portal.run(noop)
-                samples.append((time.perf_counter_ns() - started) / 1e3)
-            return statistics.median(samples)
-
-    return trio.run(main)
-
-
 def _trio_checkpoint_us(reps: int) -> float:
     async def main() -> float:
         started = time.perf_counter_ns()
@@ -63,7 +43,7 @@ def _trio_checkpoint_us(reps: int) -> float:
     return trio.run(main)
 
 
-def measure(reps: int = 2000, *, portal: bool = True) -> dict[str, float]:
+def measure(reps: int = 2000) -> dict[str, float]:
     """µs per call of each component (CartPole sizes)."""
     env = bench_envs.make_cartpole()
     obs_space = from_gymnasium(env.observation_space)
@@ -136,10 +116,6 @@ def measure(reps: int = 2000, *, portal: bool = True) -> dict[str, float]:
         ),
         "trio: one checkpoint (schedule round)": _trio_checkpoint_us(reps),
     }
-    if portal:
-        timings["portal: trio -> asyncio -> trio round trip"] = _portal_round_trip_us(
-            max(200, reps // 4)
-        )
     env.close()
     return timings
 

@@ -1,7 +1,8 @@
 """Profile one run of our hot path and say where the time per step goes.
 
-cProfile only sees the thread that enabled it, and our gRPC transport runs grpclib on
-a helper thread (the portal's asyncio loop). So a profiler is started in *every*
+cProfile only sees the thread that enabled it, and user code runs on worker threads (the
+default ``user_code="thread"``; the grpclib backend also runs its asyncio loop on a helper
+thread). So a profiler is started in *every*
 thread the run creates (``threading.setprofile`` hands each new thread a bootstrap
 hook that swaps itself for a fresh ``cProfile.Profile``), and the threads' stats are
 merged.
@@ -11,7 +12,7 @@ in builtins, numpy, attrs and the standard library is handed up to the component
 called it (weighted by each caller's share), so ``codec`` includes the numpy calls the
 codec makes. Blocking waits (epoll, lock acquires, sleeps) are their own row: that is
 the thread idle while the peer or the other thread works. So is the send that wakes
-the other thread of a portal crossing (asyncio's self-pipe, trio's wakeup socket): the
+the other thread of a thread hand-off (asyncio's self-pipe, trio's wakeup socket): the
 woken thread takes the GIL at once, and the sender's time in that send is mostly spent
 waiting for it back while the other thread works.
 """
@@ -33,9 +34,10 @@ FuncKey = tuple[str, int, str]
 
 WAIT = "idle: blocked in epoll / lock / sleep"
 SOCKET = "socket send/recv: network I/O"
-WAKEUP = "portal wake-ups: self-pipe send (+ GIL wait)"
-# The cross-thread wake-ups a portal crossing makes: asyncio's call_soon_threadsafe
-# writes its self-pipe, trio's run_sync_soon writes its wakeup socketpair.
+WAKEUP = "cross-thread wake-ups: self-pipe send (+ GIL wait)"
+# The cross-thread wake-ups a thread hand-off makes (the grpclib backend's asyncio thread,
+# user code on worker threads): asyncio's call_soon_threadsafe writes its self-pipe,
+# trio's run_sync_soon writes its wakeup socketpair.
 _WAKEUP_CALLERS = ("_write_to_self", "wakeup_thread_and_signal_safe")
 NOT_BUSY = (WAIT, WAKEUP)
 """Rows that are a thread waiting (for the peer, or for the GIL while the other thread
@@ -45,16 +47,26 @@ OTHER = "other"
 # (component, substrings of the function's file): first match wins, so the more
 # specific paths come first. Files under none of these are "neutral" (see below).
 _FILE_RULES: list[tuple[str, tuple[str, ...]]] = [
+    ("remote env layer (trio_rlmesh.gym)", ("trio_rlmesh/gym/",)),
     ("codec (trio_rlmesh.spaces)", ("trio_rlmesh/spaces/",)),
     ("betterproto2 encode/decode", ("betterproto2/", "trio_rlmesh/protocol/_generated/")),
     ("protocol glue (meta, contract)", ("trio_rlmesh/protocol/",)),
-    ("portal crossing (trio<->asyncio)", ("trio_rlmesh/transports/grpc/_portal",)),
-    ("grpclib + h2 + hpack", ("grpclib/", "/h2/", "/hpack/", "multidict/")),
+    ("grpclib bridge (trio<->asyncio)", ("trio_rlmesh/transports/grpc/_grpclib_backend",)),
+    ("grpclib", ("grpclib/", "multidict/")),
+    ("h2 state machine + hpack", ("/h2/", "/hpack/")),
+    (
+        "our HTTP/2 I/O + gRPC framing",
+        ("trio_rlmesh/transports/grpc/_h2", "trio_rlmesh/transports/grpc/_trio_backend"),
+    ),
     ("our grpc client/server glue", ("trio_rlmesh/transports/grpc/",)),
-    ("asyncio loop (portal thread)", ("/asyncio/",)),
+    ("asyncio loop (grpclib thread)", ("/asyncio/",)),
     ("trio scheduler", ("/trio/", "/outcome/", "/sniffio/")),
+    ("user-code worker threads", ("trio_rlmesh/runtime/_worker",)),
     ("driver bookkeeping (runtime)", ("trio_rlmesh/runtime/", "trio_rlmesh/_facade")),
-    ("env adapter (inprocess._env)", ("trio_rlmesh/transports/inprocess/_env",)),
+    (
+        "env host + adapter",
+        ("trio_rlmesh/transports/_envhost/", "trio_rlmesh/transports/inprocess/_env"),
+    ),
     ("env (gymnasium)", ("gymnasium/", "bench_envs")),
     (
         "model adapter (trio_rlmesh.model)",
@@ -62,7 +74,13 @@ _FILE_RULES: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("model (user policy)", ("bench_policies",)),
 ]
-_WAIT_NAMES = ("epoll", "select.select", "'acquire' of '_thread", "time.sleep")
+_WAIT_NAMES = (
+    "epoll",
+    "select.select",
+    "'acquire' of '_thread",
+    "'get' of '_queue.SimpleQueue'",
+    "time.sleep",
+)
 _NEUTRAL_FILES = (
     "numpy/",
     "/attr/",
@@ -232,8 +250,8 @@ def profile_run(
         threading.setprofile(None)  # type: ignore[arg-type]
     wall = time.perf_counter() - started
     steps = max(1, steps_of(outcome))
-    # Helper threads have ended by now (the portal stops with the run); a thread that
-    # is still alive keeps its profiler enabled, and its stats so far are still valid.
+    # Helper threads have ended by now (workers and the grpclib thread stop with the run);
+    # a thread still alive keeps its profiler enabled, and its stats so far are still valid.
     merged: pstats.Stats | None = None
     per_thread: dict[str, float] = {}
     components: dict[str, float] = defaultdict(float)

@@ -16,9 +16,8 @@ import bench_policies
 import trio
 from bench_measure import Comparison, Sample, interleave, nearest_rank, round_latency
 
+import trio_rlmesh
 from trio_rlmesh import RunLocalOptions, run_local
-from trio_rlmesh._facade import _run_session
-from trio_rlmesh.transports.inprocess import GymEnvRuntimeEnv, ModelHandlerRuntimeModel
 
 TELEMETRY = "telemetry runner.round"
 WALL_OVER_STEPS = "wall/steps (no telemetry)"
@@ -47,29 +46,11 @@ def _latency(rows: Any, steps: int, wall_s: float) -> tuple[float, float, str]:
     return per_step, per_step, WALL_OVER_STEPS
 
 
-# ----------------------------------------------------------------------------- ours, gRPC
-
-
-def run_ours_remote(
-    address: str, model: Any, *, episodes: int, seeds: Sequence[int] | None
-) -> Sample:
-    """``run_local`` (our runtime, in-process model) against an env server."""
-    options = RunLocalOptions(
-        address,
-        episode_seeds=tuple(seeds or ()),
-        max_episodes=episodes,
-        workflow_edition="2026.06",
-    )
-
-    async def main() -> tuple[Any, float]:
-        started = time.perf_counter()
-        report = await run_local(model, options)
-        return report, time.perf_counter() - started
-
-    report, wall = trio.run(main)
+def _our_sample(report: Any, wall: float, extra: dict[str, Any] | None = None) -> Sample:
+    """One of our runs as a sample: steps are the lane steps of the counted episodes, as
+    rlmesh's ``RunResult.total_steps``."""
     if report.status != "completed":
         raise RuntimeError(f"our run ended {report.status}: {report.reason}")
-    # Lane steps of the counted episodes, as rlmesh's RunResult.total_steps.
     steps = report.total_steps
     p50, p95, source = _latency(report.telemetry, steps, wall)
     return Sample(
@@ -80,8 +61,38 @@ def run_ours_remote(
         latency_source=source,
         episodes=len(report.episodes),
         mean_reward=report.mean_reward,
-        extra={"env_step_calls": report.env_step_calls, **_env_step_split(report.telemetry)},
+        extra=extra or {},
     )
+
+
+# ----------------------------------------------------------------------------- ours, gRPC
+
+
+def run_ours_remote(
+    address: str,
+    model: Any,
+    *,
+    episodes: int,
+    seeds: Sequence[int] | None,
+    grpc_backend: str = "trio",
+) -> Sample:
+    """``run_local`` (our runtime, in-process model) against an env server."""
+    options = RunLocalOptions(
+        address,
+        episode_seeds=tuple(seeds or ()),
+        max_episodes=episodes,
+        workflow_edition="2026.06",
+        grpc_backend=grpc_backend,  # type: ignore[arg-type]
+    )
+
+    async def main() -> tuple[Any, float]:
+        started = time.perf_counter()
+        report = await run_local(model, options)
+        return report, time.perf_counter() - started
+
+    report, wall = trio.run(main)
+    extra = {"env_step_calls": report.env_step_calls, **_env_step_split(report.telemetry)}
+    return _our_sample(report, wall, extra)
 
 
 # ----------------------------------------------------------------------------- rlmesh
@@ -117,42 +128,46 @@ def run_theirs(address: str, model: Any, *, episodes: int, seeds: Sequence[int] 
 # ----------------------------------------------------------------------------- in-process
 
 
-async def drive_inprocess(
-    episodes: int, seeds: Sequence[int], user_code: str = "thread"
-) -> tuple[Any, float]:
-    """Our driver on a local CartPole: GymEnvRuntimeEnv + ModelHandlerRuntimeModel.
+def run_ours_inprocess(*, episodes: int, seeds: Sequence[int], user_code: str = "thread") -> Sample:
+    """``trio_rlmesh.run(model, env)``: a local CartPole hosted in this process, no network.
 
     ``user_code`` is where the env's and the model's code run (both the same way).
     """
-    env = GymEnvRuntimeEnv(bench_envs.make_cartpole(), user_code=user_code)
-    model = ModelHandlerRuntimeModel(
+    env = bench_envs.make_cartpole()
+    started = time.perf_counter()
+    report = trio_rlmesh.run(
         bench_policies.OursCartPole(),
-        env.contract,
+        env,
+        episode_seeds=tuple(seeds),
+        max_episodes=episodes,
         user_code=user_code,
     )
-    options = RunLocalOptions(
-        "inprocess://local", episode_seeds=tuple(seeds), max_episodes=episodes
-    )
-    started = time.perf_counter()
-    report = await _run_session(env, model, contract=env.contract, options=options)
     wall = time.perf_counter() - started
-    return report, wall
+    env.close()
+    return _our_sample(report, wall)
 
 
-def run_ours_inprocess(*, episodes: int, seeds: Sequence[int], user_code: str = "thread") -> Sample:
-    report, wall = trio.run(drive_inprocess, episodes, seeds, user_code)
-    if report.status != "completed":
-        raise RuntimeError(f"in-process run ended {report.status}: {report.reason}")
-    steps = report.total_steps
-    p50, p95, source = _latency(report.telemetry, steps, wall)
+def run_theirs_inprocess(*, episodes: int, seeds: Sequence[int]) -> Sample:
+    """``rlmesh.run(model, env)``: RLMesh's own in-process run of the same env and policy."""
+    import rlmesh
+
+    env = bench_envs.make_cartpole()
+    started = time.perf_counter()
+    result = rlmesh.run(
+        bench_policies.theirs_models()["cartpole"], env, seeds=list(seeds), episodes=episodes
+    )
+    wall = time.perf_counter() - started
+    env.close()
+    steps = int(result.total_steps)
+    p50, p95, source = _latency(result.telemetry, steps, wall)
     return Sample(
         steps=steps,
         wall_s=wall,
         p50_ms=p50,
         p95_ms=p95,
         latency_source=source,
-        episodes=len(report.episodes),
-        mean_reward=report.mean_reward,
+        episodes=result.num_episodes,
+        mean_reward=result.mean_reward,
     )
 
 
@@ -200,7 +215,7 @@ def scenario_inprocess(
     warmup: bool = True,
     user_code: str = "thread",
 ) -> Comparison:
-    """4 / 4i: our driver with in-process adapters vs a bare Gymnasium loop (no network).
+    """4 / 4i: ``trio_rlmesh.run(model, env)`` in process vs a bare Gymnasium loop.
 
     Scenario 4 runs the env's and the model's code the default way, on their worker
     threads (``user_code="thread"``); 4i runs them inline on the trio thread.
@@ -209,10 +224,9 @@ def scenario_inprocess(
     inline = user_code == "inline"
     result = interleave(
         "4i-inproc-inline" if inline else "4-inproc",
-        "in-process: RuntimeDriver + GymEnvRuntimeEnv + ModelHandlerRuntimeModel "
-        f"(user_code={user_code!r}) vs bare loop",
+        f"in-process: trio_rlmesh.run(model, env, user_code={user_code!r}) vs bare loop",
         (
-            f"ours: in-process, user_code={user_code}",
+            f"ours: run(model, env), user_code={user_code}",
             lambda: run_ours_inprocess(episodes=episodes, seeds=seeds, user_code=user_code),
         ),
         ("bare gymnasium loop", lambda: run_bare_gymnasium(episodes=episodes, seeds=seeds)),
@@ -221,10 +235,39 @@ def scenario_inprocess(
         log=log,
     )
     result.notes.append(
-        "ratio < 1 is the driver's overhead over calling env.step directly; bare-loop "
+        "ratio < 1 is the runtime's overhead over calling env.step directly; bare-loop "
         "latency is policy+env.step timed per step"
     )
     return result
+
+
+def scenario_inprocess_vs_rlmesh(
+    *,
+    rounds: int,
+    episodes: int,
+    log: Callable[[str], None] = print,
+    warmup: bool = True,
+    user_code: str = "thread",
+) -> Comparison:
+    """6 / 6i: ``trio_rlmesh.run(model, env)`` vs ``rlmesh.run(model, env)``, both in process."""
+    seeds = list(range(episodes))
+    inline = user_code == "inline"
+    return interleave(
+        "6i-run-inline" if inline else "6-run",
+        f"in-process CartPole: trio_rlmesh.run(model, env, user_code={user_code!r}) "
+        "vs rlmesh.run(model, env)",
+        (
+            f"ours: run(model, env), user_code={user_code}",
+            lambda: run_ours_inprocess(episodes=episodes, seeds=seeds, user_code=user_code),
+        ),
+        (
+            "rlmesh.run(model, env)",
+            lambda: run_theirs_inprocess(episodes=episodes, seeds=seeds),
+        ),
+        rounds,
+        warmup=warmup,
+        log=log,
+    )
 
 
 def scenario_single_lane_client(
@@ -234,17 +277,25 @@ def scenario_single_lane_client(
     episodes: int,
     log: Callable[[str], None] = print,
     warmup: bool = True,
+    grpc_backend: str = "trio",
 ) -> Comparison:
-    """1a: our runtime vs rlmesh.run, both against rlmesh.EnvServer (CartPole)."""
+    """1a: our runtime vs rlmesh.run, both against rlmesh.EnvServer (CartPole).
+
+    ``grpc_backend="grpclib"`` is scenario 1a-grpclib: our client on the grpclib backend.
+    """
     seeds = list(range(episodes))
     ours = bench_policies.ours_models()["cartpole"]
     theirs = bench_policies.theirs_models()["cartpole"]
+    trio_backend = grpc_backend == "trio"
     return interleave(
-        "1a",
-        "single-lane CartPole, clients against rlmesh.EnvServer",
+        "1a" if trio_backend else f"1a-{grpc_backend}",
+        "single-lane CartPole, clients against rlmesh.EnvServer"
+        + ("" if trio_backend else f" (ours on the {grpc_backend} backend)"),
         (
-            "ours: run_local -> rlmesh server",
-            lambda: run_ours_remote(address, ours, episodes=episodes, seeds=seeds),
+            "ours: run_local -> rlmesh server" + ("" if trio_backend else f" ({grpc_backend})"),
+            lambda: run_ours_remote(
+                address, ours, episodes=episodes, seeds=seeds, grpc_backend=grpc_backend
+            ),
         ),
         (
             "rlmesh.run -> rlmesh server",
@@ -264,15 +315,21 @@ def scenario_single_lane_server(
     episodes: int,
     log: Callable[[str], None] = print,
     warmup: bool = True,
+    grpc_backend: str = "trio",
 ) -> Comparison:
-    """1b: rlmesh.run against our serve-env vs against rlmesh.EnvServer (CartPole)."""
+    """1b: rlmesh.run against our serve-env vs against rlmesh.EnvServer (CartPole).
+
+    ``grpc_backend`` names the backend ``our_address``'s server runs (1b-grpclib).
+    """
     seeds = list(range(episodes))
     theirs = bench_policies.theirs_models()["cartpole"]
+    trio_backend = grpc_backend == "trio"
     return interleave(
-        "1b",
-        "single-lane CartPole, rlmesh.run against each side's env server",
+        "1b" if trio_backend else f"1b-{grpc_backend}",
+        "single-lane CartPole, rlmesh.run against each side's env server"
+        + ("" if trio_backend else f" (ours on the {grpc_backend} backend)"),
         (
-            "rlmesh.run -> our serve-env",
+            "rlmesh.run -> our serve-env" + ("" if trio_backend else f" ({grpc_backend})"),
             lambda: run_theirs(our_address, theirs, episodes=episodes, seeds=seeds),
         ),
         (

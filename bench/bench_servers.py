@@ -40,10 +40,13 @@ def rlmesh_argv(kind: str, ready: Path) -> list[str]:
     return [sys.executable, str(HERE / "serve_rlmesh_env.py"), kind, str(ready)]
 
 
-def our_argv(kind: str, ready: Path) -> list[str]:
-    """``trio-rlmesh serve-env`` serving the same env."""
+def our_argv(kind: str, ready: Path, backend: str = "trio") -> list[str]:
+    """``trio-rlmesh serve-env`` serving the same env (on ``backend``'s gRPC)."""
     target = OUR_TARGETS[kind]
-    return [sys.executable, "-m", "trio_rlmesh", "serve-env", target, "--ready-file", str(ready)]
+    return [
+        *(sys.executable, "-m", "trio_rlmesh", "serve-env", target),
+        *("--ready-file", str(ready), "--grpc-backend", backend),
+    ]
 
 
 @dataclass
@@ -79,20 +82,31 @@ class _Server:
 
 
 @contextlib.contextmanager
-def servers(kind: str, *, ours: bool = True, theirs: bool = True) -> Iterator[dict[str, str]]:
-    """Start the requested servers for ``kind`` together; yield ``{"ours"|"theirs": address}``."""
+def servers(
+    kind: str, *, ours: bool = True, theirs: bool = True, ours_grpclib: bool = False
+) -> Iterator[dict[str, str]]:
+    """Start the requested servers for ``kind`` together; yield
+    ``{"ours"|"ours_grpclib"|"theirs": address}`` (``ours_grpclib``: our server on the
+    grpclib backend)."""
+    ours_what = f"trio-rlmesh serve-env {OUR_TARGETS[kind]}"
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         started: dict[str, _Server] = {}
-        for side, wanted, argv_of, what in (
-            ("ours", ours, our_argv, f"trio-rlmesh serve-env {OUR_TARGETS[kind]}"),
-            ("theirs", theirs, rlmesh_argv, f"rlmesh.EnvServer({kind})"),
+        for side, wanted, argv, what in (
+            ("ours", ours, lambda ready: our_argv(kind, ready), ours_what),
+            (
+                "ours_grpclib",
+                ours_grpclib,
+                lambda ready: our_argv(kind, ready, "grpclib"),
+                f"{ours_what} --grpc-backend grpclib",
+            ),
+            ("theirs", theirs, lambda ready: rlmesh_argv(kind, ready), f"rlmesh.EnvServer({kind})"),
         ):
             if not wanted:
                 continue
             ready = Path(tmp) / f"{side}.address"
             log = stack.enter_context(tempfile.TemporaryFile())
             process = subprocess.Popen(
-                argv_of(kind, ready),
+                argv(ready),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,

@@ -1,11 +1,12 @@
 """Side-by-side benchmark of trio-rlmesh and RLMesh 0.1.0 (``nox -s bench``).
 
-Usage: ``python bench/run.py [--quick] [--json PATH] [--only 1a,1b,2,3,4,4i,w] [--no-profile]``.
+Usage: ``python bench/run.py [--quick] [--json PATH] [--only 1a,1b,...] [--no-profile]``
+(``--help`` lists the scenarios).
 ``BENCH_QUICK=1`` is the same as ``--quick`` (the whole run in well under a minute).
 
 Every scenario interleaves rounds of the two sides (A B, B A, A B, ...) after one
 discarded warm-up pair, and reports medians over rounds. The machine is shared and
-noisy: read the ratio column, not the absolute numbers. Scenarios 1-3 need rlmesh
+noisy: read the ratio column, not the absolute numbers. Scenarios 1-3, 5 and 6 need rlmesh
 (``rlmesh[gymnasium,numpy]==0.1.0``) and are skipped without it; scenario 4 and the
 profile of scenario 4 need only trio-rlmesh and Gymnasium. See ``bench/README.md``.
 """
@@ -13,6 +14,7 @@ profile of scenario 4 need only trio-rlmesh and Gymnasium. See ``bench/README.md
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
@@ -21,7 +23,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,12 @@ if str(HERE) not in sys.path:
 
 import bench_envs  # noqa: E402
 import bench_policies  # noqa: E402
+from bench_gym import (  # noqa: E402
+    run_ours_async,
+    run_ours_sync,
+    scenario_gym_single,
+    scenario_gym_vector,
+)
 from bench_measure import Comparison, format_table  # noqa: E402
 from bench_profile import Breakdown, profile_run  # noqa: E402
 from bench_scenarios import (  # noqa: E402
@@ -39,11 +47,30 @@ from bench_scenarios import (  # noqa: E402
     run_ours_remote,
     scenario_full_stack,
     scenario_inprocess,
+    scenario_inprocess_vs_rlmesh,
     scenario_single_lane_client,
     scenario_single_lane_server,
 )
+from bench_targets import format_targets  # noqa: E402
 
-ALL_SCENARIOS = ("1a", "1b", "2", "3", "4", "4i", "w")
+ALL_SCENARIOS = (
+    "1a",
+    "1b",
+    "1a-grpclib",
+    "1b-grpclib",
+    "2",
+    "3",
+    "4",
+    "4i",
+    "5s",
+    "5a",
+    "5v",
+    "6",
+    "6i",
+    "w",
+)
+REMOTE_SCENARIOS = ("1a", "1b", "1a-grpclib", "1b-grpclib", "2", "3", "5s", "5a", "5v", "6", "6i")
+"""The scenarios that need rlmesh (its env server, its runtime or its clients)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +84,10 @@ class Sizes:
     """Episodes per round on the image env (100 steps each)."""
     image_rounds: int
     inprocess_episodes: int
+    gym_episodes: int
+    """Episodes per round of the single-lane step loops (5s, 5a; 500 steps each)."""
+    gym_vector_steps: int
+    """Vector steps per round of the 16-lane step loop (5v)."""
     profile_episodes: int
     warmup: bool
     """Run and discard one pair before the measured rounds."""
@@ -69,6 +100,8 @@ FULL = Sizes(
     image_episodes=4,
     image_rounds=3,
     inprocess_episodes=20,
+    gym_episodes=6,
+    gym_vector_steps=300,
     profile_episodes=4,
     warmup=True,
 )
@@ -79,6 +112,8 @@ QUICK = Sizes(
     image_episodes=1,
     image_rounds=2,
     inprocess_episodes=2,
+    gym_episodes=1,
+    gym_vector_steps=40,
     profile_episodes=1,
     warmup=False,
 )
@@ -101,13 +136,23 @@ def _us_per_step(result: Comparison, side: str = "ours") -> float:
     return statistics.median(s.wall_s * 1e6 / max(s.steps, 1) for s in summary.samples)
 
 
+@contextlib.contextmanager
+def _surviving(what: str, skipped: list[str]) -> Iterator[None]:
+    """Run a scenario's block; if it fails, say so and let the other scenarios run."""
+    try:
+        yield
+    except Exception as exc:
+        _log(f"{what} failed: {type(exc).__name__}: {exc}")
+        skipped.append(f"{what}: FAILED ({type(exc).__name__}: {exc})")
+
+
 def run_all(
     sizes: Sizes, scenarios: Sequence[str], *, profile: bool
 ) -> tuple[list[Comparison], list[Breakdown], list[str]]:
     results: list[Comparison] = []
     profiles: list[Breakdown] = []
     skipped: list[str] = []
-    remote = [s for s in scenarios if s in ("1a", "1b", "2", "3")]
+    remote = [s for s in scenarios if s in REMOTE_SCENARIOS]
     have_rlmesh = rlmesh_version() is not None
     if remote and not have_rlmesh:
         skipped.append(f"scenarios {', '.join(remote)}: rlmesh is not installed")
@@ -115,8 +160,9 @@ def run_all(
 
     from bench_servers import servers
 
-    if "1a" in remote or "1b" in remote:
-        with servers("cartpole", ours="1b" in remote) as addr:
+    single = {"1a", "1b", "1a-grpclib", "1b-grpclib", "5s", "5a"} & set(remote)
+    if single:
+        with servers("cartpole", ours="1b" in remote, ours_grpclib="1b-grpclib" in remote) as addr:
             if "1a" in remote:
                 _log("scenario 1a: single-lane CartPole, both clients vs rlmesh.EnvServer")
                 result = scenario_single_lane_client(
@@ -156,6 +202,71 @@ def run_all(
                         warmup=sizes.warmup,
                     )
                 )
+            if "1a-grpclib" in remote:
+                _log("scenario 1a-grpclib: as 1a, our client on the grpclib backend")
+                results.append(
+                    scenario_single_lane_client(
+                        addr["theirs"],
+                        rounds=sizes.rounds,
+                        episodes=sizes.cartpole_episodes,
+                        log=_log,
+                        warmup=sizes.warmup,
+                        grpc_backend="grpclib",
+                    )
+                )
+            if "1b-grpclib" in remote:
+                _log("scenario 1b-grpclib: as 1b, our serve-env on the grpclib backend")
+                results.append(
+                    scenario_single_lane_server(
+                        addr["ours_grpclib"],
+                        addr["theirs"],
+                        rounds=sizes.rounds,
+                        episodes=sizes.cartpole_episodes,
+                        log=_log,
+                        warmup=sizes.warmup,
+                        grpc_backend="grpclib",
+                    )
+                )
+            for which, scenario in (("sync", "5s"), ("async", "5a")):
+                if scenario not in remote:
+                    continue
+                _log(f"scenario {scenario}: {which} remote env step loop vs rlmesh.RemoteEnv")
+                with _surviving(f"scenario {scenario}", skipped):
+                    result = scenario_gym_single(
+                        which,
+                        addr["theirs"],
+                        rounds=sizes.rounds,
+                        episodes=sizes.gym_episodes,
+                        log=_log,
+                        warmup=sizes.warmup,
+                    )
+                    results.append(result)
+                    if profile:
+                        _log(f"profiling {scenario} (our remote env against rlmesh.EnvServer)")
+                        episodes = sizes.profile_episodes
+                        loop = run_ours_sync if which == "sync" else run_ours_async
+                        profiles.append(
+                            profile_run(
+                                f"{scenario}: {result.ours.label} -> rlmesh.EnvServer (CartPole)",
+                                lambda loop=loop, episodes=episodes: loop(  # type: ignore[misc]
+                                    addr["theirs"], episodes=episodes, seeds=list(range(episodes))
+                                ),
+                                lambda sample: sample.steps,
+                                unprofiled_us_per_step=_us_per_step(result),
+                            )
+                        )
+    if "5v" in remote:
+        _log("scenario 5v: RemoteVectorEnv vs rlmesh.RemoteVectorEnv, 16 lanes")
+        with _surviving("scenario 5v", skipped), servers("vector16", ours=False) as addr:
+            results.append(
+                scenario_gym_vector(
+                    addr["theirs"],
+                    rounds=sizes.rounds,
+                    steps=sizes.gym_vector_steps,
+                    log=_log,
+                    warmup=sizes.warmup,
+                )
+            )
     if "2" in remote:
         _log("scenario 2: 16-lane vector CartPole (NEXT_STEP), predict_batch, each side's server")
         with servers("vector16") as addr:
@@ -204,7 +315,7 @@ def run_all(
             episodes = sizes.profile_episodes
             profiles.append(
                 profile_run(
-                    "4: RuntimeDriver + GymEnvRuntimeEnv + ModelHandlerRuntimeModel (CartPole)",
+                    "4: trio_rlmesh.run(model, env) in process (CartPole)",
                     lambda: run_ours_inprocess(episodes=episodes, seeds=list(range(episodes))),
                     lambda sample: sample.steps,
                     unprofiled_us_per_step=_us_per_step(result),
@@ -221,6 +332,18 @@ def run_all(
                 user_code="inline",
             )
         )
+    for scenario, user_code in (("6", "thread"), ("6i", "inline")):
+        if scenario in remote:
+            _log(f"scenario {scenario}: run(model, env) vs rlmesh.run(model, env), in process")
+            results.append(
+                scenario_inprocess_vs_rlmesh(
+                    rounds=sizes.rounds,
+                    episodes=sizes.inprocess_episodes,
+                    log=_log,
+                    warmup=sizes.warmup,
+                    user_code=user_code,
+                )
+            )
     for result in results:
         note = _transport_note(result)
         if note:
@@ -261,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default=",".join(ALL_SCENARIOS),
-        help="comma-separated scenarios (1a,1b,2,3,4,4i,w)",
+        help=f"comma-separated scenarios ({','.join(ALL_SCENARIOS)})",
     )
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile runs")
     args = parser.parse_args(argv)
@@ -309,6 +432,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  note [{result.scenario}]: {note}")
     for reason in skipped:
         print(f"  skipped {reason}")
+    targets = format_targets(results)
+    if targets:
+        print()
+        print(targets)
     for breakdown in profiles:
         print()
         print(breakdown.format())

@@ -80,3 +80,83 @@ def test_single_lane_client_scenario_against_rlmesh() -> None:
     _check_side(result.ours)
     _check_side(result.theirs)
     assert result.ours.steps == result.theirs.steps
+
+
+@pytest.mark.interop
+@pytest.mark.network
+def test_remote_env_step_loop_scenarios_against_rlmesh() -> None:
+    pytest.importorskip("rlmesh")
+    bench = _load_bench()
+    from bench_servers import servers
+    from bench_targets import format_targets
+
+    results = []
+    with servers("cartpole", ours=False) as address:
+        for which in ("sync", "async"):
+            results.append(
+                bench.scenario_gym_single(
+                    which, address["theirs"], rounds=1, episodes=1, log=lambda _: None, warmup=False
+                )
+            )
+    with servers("vector16", ours=False) as address:
+        results.append(
+            bench.scenario_gym_vector(
+                address["theirs"], rounds=1, steps=5, log=lambda _: None, warmup=False
+            )
+        )
+    assert [r.scenario for r in results] == ["5s", "5a", "5v"]
+    for result in results:
+        _check_side(result.ours)
+        _check_side(result.theirs)
+        # the same policy, env and seeds on both sides: the same trajectory
+        assert result.ours.steps == result.theirs.steps
+        assert result.ours.mean_reward == result.theirs.mean_reward
+        assert any("issue 12 target" in note for note in result.notes)
+    assert results[2].ours.steps == 5 * 16
+    table = bench.format_table(results)
+    assert "5s" in table
+    assert "5v" in table
+    targets = format_targets(results)
+    assert "5a" in targets
+    assert "target >= 2" in targets
+
+
+@pytest.mark.interop
+def test_inprocess_run_scenario_against_rlmesh_run() -> None:
+    pytest.importorskip("rlmesh")
+    bench = _load_bench()
+    result = bench.scenario_inprocess_vs_rlmesh(
+        rounds=1, episodes=1, log=lambda _: None, warmup=False, user_code="inline"
+    )
+    _check_side(result.ours)
+    _check_side(result.theirs)
+    # The same env, policy and seed on both sides: the same episode.
+    assert result.ours.steps == result.theirs.steps
+    assert result.ours.mean_reward == result.theirs.mean_reward
+    table = bench.format_table([result])
+    assert "6i-run-inline" in table
+    from bench_targets import format_targets
+
+    assert "6i-run-inline" in format_targets([result])
+
+
+@pytest.mark.interop
+@pytest.mark.network
+def test_grpclib_server_scenario_against_rlmesh() -> None:
+    pytest.importorskip("rlmesh")
+    bench = _load_bench()
+    from bench_servers import servers
+
+    with servers("cartpole", ours=False, ours_grpclib=True) as address:
+        result = bench.scenario_single_lane_server(
+            address["ours_grpclib"],
+            address["theirs"],
+            rounds=1,
+            episodes=1,
+            log=lambda _: None,
+            warmup=False,
+            grpc_backend="grpclib",
+        )
+    assert result.scenario == "1b-grpclib"
+    _check_side(result.ours)
+    assert result.ours.steps == result.theirs.steps

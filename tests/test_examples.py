@@ -84,6 +84,11 @@ def test_evaluate_in_trio() -> None:
     assert out.startswith("completed [")
 
 
+def test_memory_transport_runs_without_sockets_under_a_mock_clock() -> None:
+    out = _run(str(EXAMPLES / "memory_transport.py"))
+    assert out.splitlines() == ["memory://cartpole: completed, 3 episodes"]
+
+
 def test_the_fakes_example_passes_under_pytest() -> None:
     out = _run(
         "-m",
@@ -96,3 +101,20 @@ def test_the_fakes_example_passes_under_pytest() -> None:
         "no:randomly",
     )
     assert "6 passed" in out
+
+
+def test_train_remote_env_runs_a_synchronous_loop() -> None:
+    out = _run(str(EXAMPLES / "train_remote_env.py"), "--iterations", "5")
+    lines = out.splitlines()
+    assert lines[0].startswith("observation space Box(")
+    assert lines[0].endswith("action space Discrete(2)")
+    assert lines[1].startswith("5 episodes, best return ")
+
+
+def test_step_vector_env_in_trio_counts_episodes() -> None:
+    out = _run(str(EXAMPLES / "step_vector_env_in_trio.py"), "--steps", "100")
+    lines = out.splitlines()
+    assert lines[0] == "4 lanes, autoreset NEXT_STEP"
+    steps, episodes = lines[1].split(", ")[:2]
+    assert steps == "100 steps"
+    assert int(episodes.split()[0]) > 0

@@ -171,6 +171,39 @@ class OldGymVectorEnv:
         pass
 
 
+class FramesEnv(gym.Env[int, int]):
+    """Renders an RGB frame that depends on the step count (servers send it as PNG)."""
+
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 4}  # noqa: RUF012
+
+    def __init__(self, render_mode: str | None = "rgb_array") -> None:
+        self.render_mode = render_mode
+        self.observation_space = spaces.Discrete(5)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return 0, {}
+
+    def step(self, action: Any) -> tuple[int, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        return self.t % 5, 1.0, False, False, {}
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode != "rgb_array":
+            return None
+        frame = np.zeros((12, 16, 3), np.uint8)
+        frame[:, :, 0] = np.arange(16, dtype=np.uint8) * 15
+        frame[:, :, 1] = self.t * 20
+        frame[3:7, 5:9, 2] = 255
+        frame[8:] = np.random.default_rng(self.t).integers(0, 256, size=(4, 16, 3))
+        return frame
+
+
 class RaisingEnv(gym.Env[np.ndarray, np.int64]):
     """Steps once, then raises ValueError at every step (RLMesh answers an in-band EnvError
     and ends the Join stream)."""
@@ -202,6 +235,12 @@ def build(kind: str) -> Any:
         return gym.make("CartPole-v1")
     if kind == "pendulum":
         return gym.make("Pendulum-v1")
+    if kind == "frozenlake":
+        return gym.make("FrozenLake-v1")
+    if kind == "blackjack":
+        return gym.make("Blackjack-v1")
+    if kind == "frames":
+        return FramesEnv()
     if kind == "nested":
         return NestedEnv()
     if kind == "vector4":
