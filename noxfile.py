@@ -156,6 +156,6 @@ def changelog_check(session: nox.Session) -> None:
 @nox.session(python=DEFAULT_PYTHON)
 def bench(session: nox.Session) -> None:
     """Side-by-side benchmarks of trio-rlmesh and rlmesh 0.1.0 (prints ratios)."""
-    session.install(".[gymnasium]", RLMESH_PEER)
+    session.install(".[gymnasium,record]", RLMESH_PEER)
     env = {"PYTHONHASHSEED": "0", **{k: v for k, v in os.environ.items() if k == "BENCH_QUICK"}}
     session.run("python", "bench/run.py", *session.posargs, env=env)
