@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 
 from trio_rlmesh import RunLocalOptions, run_local
+from trio_rlmesh.record import RecordOptions
 
-from ..interop.conftest import rlmesh_env_server
-from .envs import Balancer, needs_minari
+from ..interop.conftest import rlmesh_env_server, script_server
+from .envs import Balancer, Cycle, needs_minari, read_video, rollout
+
+SERVE = Path(__file__).with_name("serve_rlmesh.py")
 
 pytestmark = [pytest.mark.interop, needs_minari]
 
@@ -45,3 +48,28 @@ async def test_a_run_against_rlmesh_records_its_report_and_a_direct_rollout(
             np.testing.assert_array_equal(episode.observations[t + 1], obs)
             assert episode.rewards[t] == reward
     assert {r.env_index for r in report.episodes} == ({0} if kind == "cartpole" else {0, 1, 2, 3})
+
+
+async def test_videos_of_an_env_rendered_by_rlmesh(tmp_path: Path) -> None:
+    """The frames come through rlmesh's own Render answer: one per observation."""
+    pytest.importorskip("rlmesh")
+    pytest.importorskip("imageio_ffmpeg", reason="videos need the record extra")
+    record = RecordOptions(tmp_path / "stepper-v0", video=tmp_path / "videos")
+    async with script_server(SERVE, "stepper", {"PYTHONWARNINGS": "ignore"}) as address:
+        report = await run_local(
+            Cycle(),
+            RunLocalOptions(address, episode_seeds=(0, 1, 2), max_episodes=3, record=record),
+        )
+    videos = sorted((tmp_path / "videos").iterdir())
+    assert len(videos) == len(report.episodes) == 3
+    for video, episode in zip(videos, report.episodes, strict=True):
+        frames = read_video(video, 8, 10)
+        # Stepper paints a red band 1 + t columns wide at step t.
+        bands = [int((frame[3, :, 0] > 100).sum()) for frame in frames]
+        assert bands == list(range(1, episode.steps + 2))
+    import minari
+
+    dataset = minari.MinariDataset(tmp_path / "stepper-v0" / "data")
+    for recorded, episode in zip(dataset.iterate_episodes(), report.episodes, strict=True):
+        observations, _, _ = rollout(episode.seed, recorded.actions)
+        np.testing.assert_array_equal(recorded.observations, np.stack(observations))
