@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+import trio_rlmesh
 from trio_rlmesh._cli import main
-from trio_rlmesh.record import _options
+from trio_rlmesh.record import RecordOptions, _options
 
 from ..cli.support import read_line, serving, start, stop
-from .envs import needs_minari, read_video, rollout
+from .envs import Cycle, Stepper, needs_minari, read_video, rollout
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -97,6 +98,23 @@ def test_run_records_a_served_env_with_videos(tmp_path: Path) -> None:
         assert [int((f[3, :, 0] > 100).sum()) for f in frames] == list(
             range(1, expected["steps"] + 2)
         )
+
+
+def test_videos_alone_need_no_minari(tmp_path: Path) -> None:
+    """Videos work on every Python (3.10 included): no dataset, no Minari."""
+    pytest.importorskip("imageio_ffmpeg", reason="videos need the record extra")
+    report = trio_rlmesh.run(
+        Cycle(),
+        Stepper(render_mode="rgb_array"),
+        episode_seeds=[4, 5],
+        max_episodes=2,
+        record=RecordOptions(video=tmp_path / "videos"),
+    )
+    videos = sorted((tmp_path / "videos").iterdir())
+    assert [v.name for v in videos] == ["episode-000000.mp4", "episode-000001.mp4"]
+    for video, episode in zip(videos, report.episodes, strict=True):
+        frames = read_video(video, 8, 10)
+        assert [int((f[3, :, 0] > 100).sum()) for f in frames] == list(range(1, episode.steps + 2))
 
 
 def test_record_video_of_an_env_that_cannot_render_is_a_clear_error(
