@@ -288,26 +288,18 @@ async def _run(
 def _recorded(
     options: RunLocalOptions, record: RecordOptions, env: _Env, model_label: str
 ) -> AbstractAsyncContextManager[Any]:
-    """The recording a run drives in; its metadata names the model and the seeds."""
-    from .protocol import read_env_contract
-    from .record import open_recording
+    """The recording a run drives in (see :func:`trio_rlmesh.record._recording.for_run`)."""
+    from .record._recording import for_run
 
-    if record.video is not None:
-        info = read_env_contract(env.contract)
-        if info.render_mode != "rgb_array":
-            raise SpecError(
-                f"recording videos needs an env that renders rgb_array frames; {info.env_id} "
-                f"at {env.component_id} has render mode {info.render_mode!r}: make it with "
-                "render_mode='rgb_array' (trio-rlmesh run: --env-kwargs "
-                '\'{"render_mode": "rgb_array"}\')'
-            )
-    metadata = {
-        "model": record.model_name or model_label,
-        "base_seed": options.base_seed,
-        "episode_seeds": list(options.episode_seeds),
-        "session_id": options.session_id,
-    }
-    return open_recording(record, metadata=metadata)
+    return for_run(
+        record,
+        env.contract,
+        env.component_id,
+        model=record.model_name or model_label,
+        base_seed=options.base_seed,
+        episode_seeds=options.episode_seeds,
+        session_id=options.session_id,
+    )
 
 
 def _model_label(model: Any) -> str:

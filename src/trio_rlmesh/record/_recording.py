@@ -15,13 +15,15 @@ never half an episode. A writer failure cancels the run and comes out of
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import attrs
 import trio
 
+from .._errors import SpecError
+from ..protocol import core_v1, read_env_contract
 from ..runtime import (
     EpisodeCompleted,
     ResetCompleted,
@@ -38,7 +40,7 @@ from ._writer import DatasetWriter
 if sys.version_info < (3, 11):  # pragma: no cover - exercised on 3.10 only
     from exceptiongroup import BaseExceptionGroup
 
-__all__ = ["RecordingHooks", "open_recording"]
+__all__ = ["RecordingHooks", "for_run", "open_recording"]
 
 _BATCH = 64
 """Most episodes one thread hand-off writes."""
@@ -200,3 +202,34 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     if not isinstance(inner, tuple):
         return [exc]
     return [leaf for member in inner for leaf in _leaves(member)]
+
+
+def for_run(
+    record: RecordOptions,
+    contract: core_v1.EnvContract,
+    component_id: str,
+    *,
+    model: str,
+    base_seed: int | None,
+    episode_seeds: Sequence[int],
+    session_id: str,
+) -> AbstractAsyncContextManager[RecordingHooks]:
+    """The recording one ``run_local``/``run_remote`` call drives in: its metadata names the
+    model and the seeds. Videos are refused here, before the run starts, for an env that
+    does not render ``rgb_array`` frames."""
+    if record.video is not None:
+        info = read_env_contract(contract)
+        if info.render_mode != "rgb_array":
+            raise SpecError(
+                f"recording videos needs an env that renders rgb_array frames; {info.env_id} "
+                f"at {component_id} has render mode {info.render_mode!r}: make it with "
+                "render_mode='rgb_array' (trio-rlmesh run: --env-kwargs "
+                '\'{"render_mode": "rgb_array"}\')'
+            )
+    metadata = {
+        "model": model,
+        "base_seed": base_seed,
+        "episode_seeds": list(episode_seeds),
+        "session_id": session_id,
+    }
+    return open_recording(record, metadata=metadata)
