@@ -158,24 +158,29 @@ def test_show_names_a_directory_without_a_dataset(
     assert f"trio-rlmesh show: {tmp_path / 'nothing-v0'}" in capsys.readouterr().err
 
 
-@pytest.mark.network
-@needs_minari
-def test_sigint_leaves_a_dataset_of_exactly_the_reports_episodes(tmp_path: Path) -> None:
-    out, path = tmp_path / "report.json", tmp_path / "counter-v0"
-    run = start(
+def _wait_for(stream: Any, text: str) -> None:
+    deadline = time.monotonic() + 60
+    while text not in read_line(stream, max(0.0, deadline - time.monotonic()), what=repr(text)):
+        pass
+
+
+def _recorded_run(out: Path, path: Path) -> Any:
+    return start(
         [
             *("run", "--env", "tests.cli.envs:Counter", "--env-arg", "announce=true"),
             *("--episodes", "100000", "--no-progress", "--json", str(out)),
             *("--record", str(path)),
         ]
     )
+
+
+@pytest.mark.network
+@needs_minari
+def test_sigint_leaves_a_dataset_of_exactly_the_reports_episodes(tmp_path: Path) -> None:
+    out, path = tmp_path / "report.json", tmp_path / "counter-v0"
+    run = _recorded_run(out, path)
     try:
-        assert run.stderr is not None
-        deadline = time.monotonic() + 60
-        while "counter: reset 40" not in read_line(
-            run.stderr, max(0.0, deadline - time.monotonic()), what="reset 40"
-        ):
-            pass
+        _wait_for(run.stderr, "counter: reset 40")
         run.send_signal(signal.SIGINT)
         assert run.wait(timeout=60) == 130
     finally:
@@ -184,3 +189,25 @@ def test_sigint_leaves_a_dataset_of_exactly_the_reports_episodes(tmp_path: Path)
     assert report["status"] == "cancelled"
     assert len(report["episodes"]) >= 39
     _matches(_dataset(path), report["episodes"])
+
+
+@pytest.mark.network
+@needs_minari
+def test_a_second_sigint_leaves_a_loadable_prefix_of_the_reports_episodes(
+    tmp_path: Path,
+) -> None:
+    """Ending at once stops between two writes: never a corrupt file or half an episode."""
+    out, path = tmp_path / "report.json", tmp_path / "counter-v0"
+    run = _recorded_run(out, path)
+    try:
+        _wait_for(run.stderr, "counter: reset 40")
+        run.send_signal(signal.SIGINT)
+        _wait_for(run.stderr, "stopping after SIGINT")
+        run.send_signal(signal.SIGINT)
+        assert run.wait(timeout=60) == 130
+    finally:
+        stop(run, signal.SIGKILL, timeout=10)
+    episodes = json.loads(out.read_text())["episodes"]
+    assert len(episodes) >= 39
+    dataset = _dataset(path)
+    _matches(dataset, episodes[: dataset.total_episodes])
