@@ -225,8 +225,9 @@ def scenario_inprocess(
 ) -> Comparison:
     """4 / 4i: ``trio_rlmesh.run(model, env)`` in process vs a bare Gymnasium loop.
 
-    Scenario 4 runs the env's and the model's code the default way, on their worker
-    threads (``user_code="thread"``); 4i runs them inline on the trio thread.
+    Scenario 4 runs the env's and the model's code on their worker threads
+    (``user_code="thread"``); 4i runs them inline on the trio thread (the default for an
+    env object).
     """
     seeds = list(range(episodes))
     inline = user_code == "inline"

@@ -30,11 +30,6 @@ def test_import_does_not_pull_in_grpclib_or_asyncio(module: str) -> None:
     assert out.stdout.strip() == ""
 
 
-def test_public_names_exist() -> None:
-    for name in trio_rlmesh.__all__:
-        assert hasattr(trio_rlmesh, name), name
-
-
 def test_errors_share_one_root_and_carry_context() -> None:
     err = trio_rlmesh.OperationTimeout("env.step timed out", operation="env.step", step=3)
     assert isinstance(err, trio_rlmesh.Error)

@@ -6,12 +6,16 @@ Importing this package never imports grpclib or asyncio; the gRPC transports liv
 
 from __future__ import annotations
 
+from ._errors import CodecError as CodecError
 from ._errors import EnvError as EnvError
 from ._errors import Error as Error
 from ._errors import HookError as HookError
+from ._errors import MetaConversionError as MetaConversionError
 from ._errors import ModelError as ModelError
 from ._errors import OperationTimeout as OperationTimeout
 from ._errors import ProtocolError as ProtocolError
+from ._errors import RecordingError as RecordingError
+from ._errors import SpaceError as SpaceError
 from ._errors import SpecError as SpecError
 from ._errors import TransportError as TransportError
 from ._facade import RunLocalOptions as RunLocalOptions
@@ -21,13 +25,17 @@ from ._facade import run_remote as run_remote
 from ._version import __version__ as __version__
 
 __all__ = [
+    "CodecError",
     "EnvError",
     "Error",
     "HookError",
+    "MetaConversionError",
     "ModelError",
     "OperationTimeout",
     "ProtocolError",
+    "RecordingError",
     "RunLocalOptions",
+    "SpaceError",
     "SpecError",
     "TransportError",
     "__version__",

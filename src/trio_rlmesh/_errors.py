@@ -1,8 +1,12 @@
 """The package's error hierarchy, rooted at :class:`Error`.
 
-It lives at the bottom of the layer stack so that every layer (spaces, protocol,
-runtime, transports) raises errors of one family. Users import these names from
-``trio_rlmesh`` (or ``trio_rlmesh.runtime``).
+It lives at the bottom of the layer stack, importing nothing of the package, so that every
+layer (spaces, protocol, runtime, transports) raises errors of one family, each defined
+here. Users import every error from ``trio_rlmesh``, its one public home. A few errors
+live with the code that raises them, each with one public home too, and derive from
+:class:`Error`: the gRPC client's ``RemoteEnvError`` and ``RemoteEnvTimeout``
+(:mod:`trio_rlmesh.transports.grpc`), the conformance checks' ``ConformanceError``
+(:mod:`trio_rlmesh.testing`) and the render decoder's ``PngError`` (:mod:`trio_rlmesh.gym`).
 
 Every error carries ``recoverable`` (whether the same route could retry the
 operation), and where it applies the ``operation`` (``"env.step"``,
@@ -13,21 +17,26 @@ and the peer ``address``. A failed run's error also carries the partial
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .runtime._report import RuntimeReport
+from typing import Any
 
 __all__ = [
+    "ROOT",
+    "CodecError",
     "EnvError",
     "Error",
     "HookError",
+    "MetaConversionError",
     "ModelError",
     "OperationTimeout",
     "ProtocolError",
+    "RecordingError",
+    "SpaceError",
     "SpecError",
     "TransportError",
 ]
+
+ROOT = "$"
+"""The path of a space tree's root, in the path notation of :mod:`trio_rlmesh.spaces`."""
 
 
 class Error(Exception):
@@ -65,7 +74,10 @@ class Error(Exception):
         self.lane = lane
         self.address = address
         self.code = code
-        self.report: RuntimeReport | None = None
+        # Typed loosely so that this bottom layer needs nothing from the runtime above it.
+        self.report: Any = None
+        """The partial :class:`~trio_rlmesh.runtime.RuntimeReport` of the run this error
+        failed (``None`` when it was raised before driving started, or outside a run)."""
 
     def __str__(self) -> str:
         return self.message
@@ -127,3 +139,74 @@ class ProtocolError(Error):
 
 class HookError(Error):
     """A transform hook raised; the run fails with this error (``__cause__`` is the original)."""
+
+
+class RecordingError(Error):
+    """Recording failed: a dataset or video could not be written, or the recorded
+    episodes disagree with the run's own count. The run is stopped; what was written
+    before stays loadable."""
+
+
+class SpaceError(SpecError):
+    """A space that is not valid on rlmesh-wire-v1, or cannot be converted.
+
+    Also a :class:`ValueError`. ``str(error)`` reads ``"<path>: <problem>"``.
+
+    Attributes:
+        path: where in the space tree the problem is (``$`` is the root, e.g. ``$.obs[2]``).
+        problem: what is wrong and what would be right, without the path.
+    """
+
+    def __init__(self, problem: str, *, path: str = ROOT, **kwargs: Any) -> None:
+        super().__init__(f"{path}: {problem}", **kwargs)
+        self.path = path
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_space_error, (type(self), self.problem, self.path))
+
+
+def _rebuild_space_error(cls: type[SpaceError], problem: str, path: str) -> SpaceError:
+    return cls(problem, path=path)
+
+
+class CodecError(Error, ValueError):
+    """A value that cannot be encoded for, or leaves that cannot be decoded as, a space.
+
+    Also a :class:`ValueError`. ``str(error)`` reads
+    ``"<path>: <problem> (expected <expected>, got <actual>)"``.
+
+    Attributes:
+        path: the leaf (or inner node) of the space the problem is at, e.g. ``$.a[1]``.
+        problem: what is wrong, without the path.
+        expected: what the codec needed there.
+        actual: what it found.
+    """
+
+    def __init__(
+        self, problem: str, *, path: str = ROOT, expected: object, actual: object, **kwargs: Any
+    ) -> None:
+        super().__init__(f"{path}: {problem} (expected {expected}, got {actual})", **kwargs)
+        self.path = path
+        self.problem = problem
+        self.expected = expected
+        self.actual = actual
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _rebuild_codec_error,
+            (type(self), self.problem, self.path, self.expected, self.actual),
+        )
+
+
+def _rebuild_codec_error(
+    cls: type[CodecError], problem: str, path: str, expected: object, actual: object
+) -> CodecError:
+    return cls(problem, path=path, expected=expected, actual=actual)
+
+
+class MetaConversionError(Error, TypeError):
+    """A Python value has no MetaValue form; the message names its path.
+
+    Also a :class:`TypeError`.
+    """

@@ -19,7 +19,7 @@ import trio
 
 from ._errors import SpecError
 from .protocol import WORKFLOW_EDITION
-from .runtime._worker import UserCode, check_user_code
+from .runtime._internal import UserCode, check_user_code
 
 if TYPE_CHECKING:
     from .model import ModelHandler
@@ -35,7 +35,9 @@ def _seeds(value: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
-def _user_code(value: str) -> UserCode:
+def _user_code(value: str | None) -> UserCode | None:
+    if value is None:
+        return None
     try:
         return check_user_code(value)
     except ValueError as exc:
@@ -51,7 +53,7 @@ def _backend(value: str) -> Literal["trio", "grpclib"]:
 
 
 def _record(value: Any) -> RecordOptions | None:
-    from .record._options import as_record_options
+    from .record._internal import as_record_options
 
     return as_record_options(value)
 
@@ -107,18 +109,28 @@ class RunLocalOptions:
     the same ``base_seed`` and ``session_id`` always derive the same reset seeds."""
     grpc_backend: Literal["trio", "grpclib"] = attrs.field(default="trio", converter=_backend)
     """How gRPC is spoken to servers: ``"trio"`` (the default) or ``"grpclib"``."""
-    user_code: UserCode = attrs.field(default="thread", converter=_user_code)
+    user_code: UserCode | None = attrs.field(default=None, converter=_user_code)
     """Where in-process user code (the model's, and the env's when it is hosted here) runs.
     ``"thread"``: on a worker thread of its own, so ``limits.model_predict_timeout`` and
-    cancellation (Ctrl-C) can abandon a predict that hangs. ``"inline"``: on the trio
-    thread, a thread hand-off (tens of µs) cheaper per predict, but a blocking predict then
-    freezes the event loop, no deadline fires and Ctrl-C waits for it. A
+    cancellation (Ctrl-C) can abandon a call that hangs. ``"inline"``: on the trio thread,
+    a thread hand-off (tens of µs) cheaper per call, but a blocking call then freezes the
+    event loop, no deadline fires and Ctrl-C waits for it. ``None`` (the default):
+    ``"inline"`` when the env is hosted in this process (as ``rlmesh.run(model, env)``
+    runs it), ``"thread"`` when it is reached over the network (see
+    ``docs/embedding.md``, *Where user code runs*). A
     :class:`~trio_rlmesh.model.ModelHandler` passed to :func:`run_local` as is keeps its
     own choice."""
     record: RecordOptions | None = attrs.field(default=None, converter=_record)
     """Record the run (see :mod:`trio_rlmesh.record`): a dataset directory
     (``"runs/cartpole-eval-v0"``: every counted episode into that Minari dataset), or
     :class:`~trio_rlmesh.record.RecordOptions` for videos and more."""
+
+
+def _where_user_code_runs(options: RunLocalOptions) -> UserCode:
+    """``options.user_code``, its default decided by where the env runs."""
+    if options.user_code is not None:
+        return options.user_code
+    return "thread" if isinstance(options.env_address, str) else "inline"
 
 
 @attrs.frozen
@@ -148,7 +160,8 @@ def _check_drivable(num_envs: int, subset_step: bool, options: RunLocalOptions) 
 @asynccontextmanager
 async def _open_env(options: RunLocalOptions) -> AsyncIterator[_Env]:
     """Connect to the env server, or host the env in this process (no network)."""
-    from .protocol import CAP_SUBSET_STEP, CAPABILITY_TRUE, read_env_contract
+    from .protocol import read_env_contract
+    from .protocol._internal import CAP_SUBSET_STEP, CAPABILITY_TRUE
 
     target = options.env_address
     if isinstance(target, str):
@@ -177,7 +190,7 @@ async def _open_env(options: RunLocalOptions) -> AsyncIterator[_Env]:
 
     # Opening may call a factory (user code), so not on the event loop.
     env = await trio.to_thread.run_sync(
-        lambda: GymEnvRuntimeEnv(target, user_code=options.user_code)
+        lambda: GymEnvRuntimeEnv(target, user_code=_where_user_code_runs(options))
     )
     capabilities = {CAP_SUBSET_STEP: CAPABILITY_TRUE} if env.subset_step else {}
     try:
@@ -205,7 +218,7 @@ async def _open_model(
     from .model import as_handler
     from .transports.inprocess import ModelHandlerRuntimeModel
 
-    yield ModelHandlerRuntimeModel(as_handler(model, user_code=options.user_code))
+    yield ModelHandlerRuntimeModel(as_handler(model, user_code=_where_user_code_runs(options)))
 
 
 async def _run(
@@ -223,10 +236,10 @@ async def _run(
     a caller can ``cancel`` it) right before driving starts. With ``options.record``, the
     run drives inside its recording (see :func:`_recorded`).
     """
-    from .model._wire import route_request
-    from .protocol import MAX_MESSAGE_SIZE
+    from .model._internal import route_request
+    from .protocol._internal import MAX_MESSAGE_SIZE
     from .runtime import PeerCeiling, RuntimeDriver, RuntimeLimits, RuntimeSessionSpec
-    from .runtime._ids import mint_uuid7
+    from .runtime._internal import mint_uuid7
 
     contract = env.contract
     num_envs = max(1, int(contract.num_envs))
@@ -288,8 +301,8 @@ async def _run(
 def _recorded(
     options: RunLocalOptions, record: RecordOptions, env: _Env, model_label: str
 ) -> AbstractAsyncContextManager[Any]:
-    """The recording a run drives in (see :func:`trio_rlmesh.record._recording.for_run`)."""
-    from .record._recording import for_run
+    """The recording a run drives in (see ``trio_rlmesh.record._recording.for_run``)."""
+    from .record._internal import for_run
 
     return for_run(
         record,
@@ -325,7 +338,7 @@ async def _run_session(
     Private: it takes the protocol ``EnvContract``, and protocol types stay out of the
     public signatures.
     """
-    from .protocol import CAP_SUBSET_STEP, CAPABILITY_TRUE
+    from .protocol._internal import CAP_SUBSET_STEP, CAPABILITY_TRUE
 
     capabilities = {CAP_SUBSET_STEP: CAPABILITY_TRUE} if subset_step else {}
     endpoint = _Env(env, contract, subset_step, options.workflow_edition, capabilities, "local-env")
@@ -358,7 +371,7 @@ async def run_local(
                 report = await run_local(MyModel(), options)
     """
     if options.record is not None:
-        from .record._options import check_available
+        from .record._internal import check_available
 
         check_available(options.record)
     async with _open_env(options) as env, _open_model(handler, options, None) as model:
@@ -386,7 +399,7 @@ async def run_remote(
     the execution horizon and the offer of observation history) before driving.
     """
     if options.record is not None:
-        from .record._options import check_available
+        from .record._internal import check_available
 
         check_available(options.record)
     async with (

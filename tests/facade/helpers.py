@@ -266,12 +266,24 @@ class HistoryHandler:
 # -- hooks --------------------------------------------------------------------------------------
 
 
+def exact(value: Any) -> Any:
+    """A hook payload (numpy values) in a form ``==`` compares exactly: each array becomes its
+    dtype, shape and bytes; dicts and tuples keep their structure."""
+    if isinstance(value, np.ndarray):
+        return (value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, dict):
+        return {key: exact(item) for key, item in value.items()}
+    if isinstance(value, tuple | list):
+        return tuple(exact(item) for item in value)
+    return value
+
+
 class Recorder(RuntimeHooks):
-    """Records the trajectory (observation and action bytes) and completions."""
+    """Records the trajectory (observations and actions, see :func:`exact`) and completions."""
 
     def __init__(self, *, stop_after_episodes: int | None = None) -> None:
-        self.observations: list[tuple[bytes, ...]] = []
-        self.actions: list[tuple[bytes, ...]] = []
+        self.observations: list[Any] = []
+        self.actions: list[Any] = []
         self.replayed = 0
         self.completed: list[EpisodeCompleted] = []
         self.steps = 0
@@ -279,10 +291,10 @@ class Recorder(RuntimeHooks):
         self._stop_after = stop_after_episodes
 
     async def observation_emitted(self, event: ObservationEmitted) -> None:
-        self.observations.append(event.observation)
+        self.observations.append(exact(event.observation))
 
     async def action_received(self, event: ActionReceived) -> None:
-        self.actions.append(event.action)
+        self.actions.append(exact(event.action))
         self.replayed += event.replayed
 
     async def step_completed(self, event: StepCompleted) -> None:

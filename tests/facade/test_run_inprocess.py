@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import zlib
 from typing import Any
 
@@ -19,11 +20,12 @@ import pytest
 import trio
 
 import trio_rlmesh
+from tests.facade.helpers import exact
 from tests.interop import envs as fixture_envs
 from tests.spaces.catalogue import catalogue_spaces
-from trio_rlmesh import RunLocalOptions, run_local
+from trio_rlmesh import RunLocalOptions, SpaceError, run_local
 from trio_rlmesh.runtime import ObservationEmitted, RuntimeHooks, RuntimeReport
-from trio_rlmesh.spaces import Space, SpaceError, Text, to_gymnasium
+from trio_rlmesh.spaces import Space, Text, to_gymnasium
 from trio_rlmesh.transports.grpc import serve_env
 
 
@@ -45,14 +47,15 @@ class BatchPolicy(Policy):
 
 
 class Observations(RuntimeHooks):
-    """Every observation the driver emitted, as wire leaves, per group of lanes (lanes of a
-    lane endpoint interleave in any order; each lane's own sequence is what must match)."""
+    """Every observation the driver emitted, exactly (dtype, shape, bytes), per group of lanes
+    (lanes of a lane endpoint interleave in any order; each lane's own sequence is what must
+    match)."""
 
     def __init__(self) -> None:
-        self.seen: dict[tuple[int, ...], list[tuple[bytes, ...]]] = {}
+        self.seen: dict[tuple[int, ...], list[Any]] = {}
 
     async def observation_emitted(self, event: ObservationEmitted) -> None:
-        self.seen.setdefault(tuple(event.env_indices), []).append(tuple(event.observation))
+        self.seen.setdefault(tuple(event.env_indices), []).append(exact(event.observation))
 
 
 class CatalogueEnv(gym.Env[Any, Any]):
@@ -240,3 +243,47 @@ async def test_run_local_takes_a_factory_and_a_vector_env() -> None:
     assert report.status == "completed"
     assert len(report.episodes) == 4
     assert {e.env_index for e in report.episodes} <= {0, 1, 2}
+
+
+class _Where:
+    """Notes the thread every env step and every predict ran on."""
+
+    def __init__(self) -> None:
+        self.env: set[int] = set()
+        self.model: set[int] = set()
+
+    def predict(self, obs: Any) -> Any:
+        self.model.add(threading.get_ident())
+        return np.int64(obs[2] + 0.3 * obs[3] > 0)
+
+    def wrap(self, env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
+        where = self
+
+        class Noting(gym.Wrapper[Any, Any, Any, Any]):
+            def step(self, action: Any) -> Any:
+                where.env.add(threading.get_ident())
+                return super().step(action)
+
+        return Noting(env)
+
+
+@pytest.mark.parametrize(
+    ("options", "inline"),
+    [({}, True), ({"user_code": None}, True), ({"user_code": "inline"}, True),
+     ({"user_code": "thread"}, False)],
+)  # fmt: skip
+def test_an_env_hosted_here_runs_its_code_and_the_models_inline_by_default(
+    options: dict[str, Any], inline: bool
+) -> None:
+    # As rlmesh.run(model, env) does; user_code="thread" puts both on worker threads.
+    where = _Where()
+    env = where.wrap(gym.make("CartPole-v1"))
+    report = trio_rlmesh.run(where, env, max_episodes=1, max_episode_steps=5, **options)
+    assert report.status == "completed"
+    here = threading.get_ident()
+    if inline:
+        assert where.env == where.model == {here}
+    else:
+        assert len(where.env) == len(where.model) == 1
+        assert here not in where.env | where.model
+        assert where.env != where.model

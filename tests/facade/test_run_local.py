@@ -414,7 +414,7 @@ async def test_a_callers_cancel_scope_leaves_nothing_running() -> None:
 
 async def test_base_seed_derives_the_same_seeds_in_every_run() -> None:
     """The default session id is constant, so a base seed is reproducible across processes."""
-    from trio_rlmesh.runtime import deterministic_reset_seed
+    from trio_rlmesh.runtime._ids import deterministic_reset_seed
 
     with trio.fail_after(60):
         async with serving(gym.make(CARTPOLE)) as address:
@@ -437,8 +437,9 @@ class _Where:
         return np.int64(lean(observation))
 
 
-@pytest.mark.parametrize("user_code", ["thread", "inline"])
-async def test_user_code_decides_where_the_models_predicts_run(user_code: str) -> None:
+@pytest.mark.parametrize("user_code", [None, "thread", "inline"])
+async def test_user_code_decides_where_the_models_predicts_run(user_code: str | None) -> None:
+    # None (the default) with a served env: a worker thread, where a deadline can fire.
     model = _Where()
     with trio.fail_after(60):
         async with serving(gym.make(CARTPOLE)) as address:
@@ -446,7 +447,7 @@ async def test_user_code_decides_where_the_models_predicts_run(user_code: str) -
                 address, max_episodes=1, max_episode_steps=5, user_code=user_code
             )
             assert (await run_local(model, options)).status == "completed"
-    if user_code == "thread":
+    if user_code != "inline":
         assert len(model.threads) == 1
         assert model.threads != {threading.get_ident()}
     else:

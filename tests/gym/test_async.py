@@ -16,13 +16,13 @@ import trio
 from gymnasium.vector import AutoresetMode
 
 import trio_rlmesh
+from trio_rlmesh import CodecError
 from trio_rlmesh.gym import (
     AsyncRemoteEnv,
     AsyncRemoteVectorEnv,
     open_remote_env,
     open_remote_vector_env,
 )
-from trio_rlmesh.spaces import CodecError
 from trio_rlmesh.transports.grpc import GrpcSettings, RemoteEnvError, RemoteEnvTimeout, serve_env
 
 from .envs import BlockingEnv, EchoEnv, FramesEnv, NestedEnv, assert_same

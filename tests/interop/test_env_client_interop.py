@@ -20,7 +20,8 @@ import pytest
 import trio
 
 from trio_rlmesh import TransportError, spaces
-from trio_rlmesh.protocol import CAP_SUBSET_STEP, core_v1, env_v1, spaces_v1, spec_to_space
+from trio_rlmesh.protocol import core_v1, env_v1, spaces_v1, spec_to_space
+from trio_rlmesh.protocol._constants import CAP_SUBSET_STEP
 from trio_rlmesh.transports.grpc import BackendName, EnvClient, RemoteEnvError, open_env_client
 
 from . import envs

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from trio_rlmesh import MetaConversionError
 from trio_rlmesh.protocol import (
-    MetaConversionError,
     meta_to_python,
     model_v1,
     python_to_meta,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.spaces.catalogue import catalogue_spaces
-from trio_rlmesh import SpecError
+from trio_rlmesh import SpaceError, SpecError
 from trio_rlmesh.protocol import (
     EnvContractInfo,
     core_v1,
@@ -27,7 +27,6 @@ from trio_rlmesh.spaces import (
     MultiBinary,
     MultiDiscrete,
     Space,
-    SpaceError,
     Text,
     Tuple,
     from_gymnasium,

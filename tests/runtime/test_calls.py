@@ -11,9 +11,10 @@ from trio.testing import MockClock
 
 from trio_rlmesh import EnvError, ModelError, OperationTimeout
 from trio_rlmesh.protocol import model_v1
-from trio_rlmesh.runtime import EpisodeBook, ModelPrediction
+from trio_rlmesh.runtime import ModelPrediction
 from trio_rlmesh.runtime._advisories import FailureLog, advisories
 from trio_rlmesh.runtime._calls import Call, Outcome, PredictBatcher
+from trio_rlmesh.runtime._episodes import EpisodeBook
 from trio_rlmesh.runtime._plans import ActionPlan
 
 

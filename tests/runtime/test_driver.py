@@ -7,8 +7,10 @@ from trio.testing import MockClock
 
 from trio_rlmesh import EnvError, Error, ProtocolError
 from trio_rlmesh.protocol import meta_to_python, model_v1
-from trio_rlmesh.runtime import DEFAULT_MAX_EPISODE_STEPS, deterministic_reset_seed
-from trio_rlmesh.testing import FakeEnv, FakeModel, Fault, decode_observation
+from trio_rlmesh.runtime._ids import deterministic_reset_seed
+from trio_rlmesh.runtime._spec import DEFAULT_MAX_EPISODE_STEPS
+from trio_rlmesh.testing import FakeEnv, FakeModel, Fault
+from trio_rlmesh.testing._fakes import decode_observation
 
 from ._support import UUID7, driver, row, run
 

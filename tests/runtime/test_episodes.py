@@ -6,8 +6,12 @@ from typing import Any
 import pytest
 
 from trio_rlmesh.protocol import env_v1, python_to_meta
-from trio_rlmesh.runtime import EpisodeBook, LaneState, LaneStateError
-from trio_rlmesh.runtime._episodes import _TRANSITIONS, EpisodeEnd, LaneEvent
+from trio_rlmesh.runtime._episodes import (
+    EpisodeBook,
+    EpisodeEnd,
+    LaneState,
+    LaneStateError,
+)
 
 
 def book(num_envs: int = 1, **kwargs: Any) -> EpisodeBook:
@@ -30,18 +34,79 @@ def meta(
     )
 
 
-def test_transition_table_is_exactly_the_documented_one() -> None:
-    S, E = LaneState, LaneEvent
-    assert _TRANSITIONS == {
-        (S.IDLE, E.RESET_SENT): S.RESETTING,
-        (S.IDLE, E.RETIRE): S.RETIRED,
-        (S.RESETTING, E.RESET_DONE): S.ACTIVE,
-        (S.ACTIVE, E.STEPPED): S.ACTIVE,
-        (S.ACTIVE, E.ENDED): S.IDLE,
-        (S.ACTIVE, E.ENDED_ROLLING): S.ROLLING,
-        (S.ROLLING, E.ROLLED): S.ACTIVE,
-        (S.ROLLING, E.RETIRE): S.RETIRED,
-    }
+# What each EpisodeBook method does to a lane, per state, as docs/driver.md describes the
+# machine: IDLE -> RESETTING -> ACTIVE -> IDLE (runtime-owned resets) or ROLLING -> ACTIVE
+# (env-owned resets), and RETIRED from IDLE or ROLLING. Anything else must raise.
+S = LaneState
+DOCUMENTED = {
+    True: {
+        (S.IDLE, "begin_reset"): S.RESETTING,
+        (S.IDLE, "retire"): S.RETIRED,
+        (S.RESETTING, "reset_done"): S.ACTIVE,
+        (S.ACTIVE, "record_step"): S.ACTIVE,
+        (S.ACTIVE, "end_episode"): S.IDLE,
+    },
+    False: {
+        (S.IDLE, "begin_reset"): S.RESETTING,
+        (S.IDLE, "retire"): S.RETIRED,
+        (S.RESETTING, "reset_done"): S.ACTIVE,
+        (S.ACTIVE, "record_step"): S.ACTIVE,
+        (S.ACTIVE, "end_episode"): S.ROLLING,
+        (S.ROLLING, "record_step"): S.ACTIVE,
+        (S.ROLLING, "retire"): S.RETIRED,
+    },
+}
+OPERATIONS: dict[str, Any] = {
+    "begin_reset": lambda b: b.begin_reset([0]),
+    "reset_done": lambda b: b.reset_done([0], now=1.0),
+    "record_step": lambda b: b.record_step([0], [1.0], now=1.0),
+    "end_episode": lambda b: b.end_episode(
+        0, terminated=True, truncated=False, final_info=None, now=1.0
+    ),
+    "retire": lambda b: b.retire(0),
+}
+
+
+def _book_in(state: LaneState, owns_resets: bool) -> EpisodeBook | None:
+    """A one-lane book brought to ``state`` through its methods (None if it cannot get there)."""
+    b = book(owns_resets=owns_resets)
+    path = {
+        S.IDLE: [],
+        S.RETIRED: ["retire"],
+        S.RESETTING: ["begin_reset"],
+        S.ACTIVE: ["begin_reset", "reset_done"],
+        S.ROLLING: ["begin_reset", "reset_done", "end_episode"],
+    }[state]
+    for name in path:
+        OPERATIONS[name](b)
+    return b if b.state(0) is state else None
+
+
+@pytest.mark.parametrize("owns_resets", [True, False])
+def test_each_method_moves_a_lane_as_documented_and_nothing_else_is_legal(
+    owns_resets: bool,
+) -> None:
+    observed = {}
+    for state in LaneState:
+        for name, operation in OPERATIONS.items():
+            b = _book_in(state, owns_resets)
+            if b is None:
+                continue
+            before = (b.started, b.generation, b.slots[0].episode_id, b.slots[0].steps)
+            try:
+                operation(b)
+            except LaneStateError:
+                assert b.state(0) is state, (state, name)
+                assert (b.started, b.generation, b.slots[0].episode_id, b.slots[0].steps) == (
+                    before
+                )
+            else:
+                observed[(state, name)] = b.state(0)
+    assert observed == DOCUMENTED[owns_resets]
+    # Every state is reached (ROLLING only when the env owns its resets).
+    assert {s for s, _ in observed} | set(observed.values()) == (
+        set(LaneState) if not owns_resets else set(LaneState) - {S.ROLLING}
+    )
 
 
 def test_illegal_transitions_raise_and_change_nothing() -> None:
@@ -122,7 +187,7 @@ def test_explicit_seeds_in_start_order_and_tail_discard() -> None:
 
 
 def test_base_seed_generations_lockstep_vs_per_lane() -> None:
-    from trio_rlmesh.runtime import deterministic_reset_seed as law
+    from trio_rlmesh.runtime._ids import deterministic_reset_seed as law
 
     lockstep = book(base_seed=1234)
     assert lockstep.begin_reset([0])[0].seed == law(1234, "s", 0, 0)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 from trio.testing import MockClock
 
@@ -16,31 +16,32 @@ from trio_rlmesh.runtime import (
     RuntimeHooks,
     StepCompleted,
 )
+from trio_rlmesh.spaces import Discrete, encode_batch
 from trio_rlmesh.testing import FakeEnv, FakeModel
 
 
 class Named(RuntimeHooks):
-    """Logs its name per event into a shared list; replaces actions with its own byte."""
+    """Logs its name per event into a shared list; replaces actions with its own value."""
 
-    def __init__(self, name: str, log: list[Any], byte: bytes | None = None) -> None:
-        self.name, self.log, self.byte = name, log, byte
+    def __init__(self, name: str, log: list[Any], value: int | None = None) -> None:
+        self.name, self.log, self.value = name, log, value
 
     async def step_completed(self, event: StepCompleted) -> None:
         self.log.append((self.name, "step", event._raw_action))
 
-    async def transform_action(self, event: ActionReceived) -> Sequence[bytes] | None:
-        self.log.append((self.name, "transform", tuple(event.action)))
-        if self.byte is None:
+    async def transform_action(self, event: ActionReceived) -> Any:
+        self.log.append((self.name, "transform", event.action.tolist()))
+        if self.value is None:
             return None
-        return [self.byte * len(leaf) for leaf in event.action]
+        return np.full_like(event.action, self.value)
 
 
 async def test_each_event_goes_to_every_hook_object_and_transforms_chain(
     autojump_clock: MockClock,
 ) -> None:
     log: list[Any] = []
-    env = FakeEnv(episode_length=1)
-    first, second = Named("a", log, b"\x01"), Named("b", log)
+    env = FakeEnv(episode_length=1, n_actions=4)
+    first, second = Named("a", log, 3), Named("b", log)
     await RuntimeDriver(env.session_spec(max_episodes=1), env, FakeModel(), (first, second)).run()
     (t_a, t_b, s_a, s_b) = log
     assert (t_a[:2], t_b[:2], s_a[:2], s_b[:2]) == (
@@ -49,10 +50,11 @@ async def test_each_event_goes_to_every_hook_object_and_transforms_chain(
         ("a", "step"),
         ("b", "step"),
     )
-    replaced = tuple(b"\x01" * len(leaf) for leaf in t_a[2])
-    # The second transform sees the first one's replacement, and the env got it.
-    assert t_b[2] == replaced
-    assert s_a[2] == s_b[2] == replaced
+    assert t_a[2] != [3]  # the model's own action, before any transform
+    # The second transform sees the first one's replacement batch, and the env got it.
+    assert t_b[2] == [3]
+    assert env.actions[-1][1] == (3,)
+    assert s_a[2] == s_b[2] == tuple(encode_batch(Discrete(4), np.array([3]), 1))
 
 
 class Resets(RuntimeHooks):

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import pytest
 import trio
 from trio.testing import MockClock
@@ -10,12 +11,14 @@ from trio.testing import MockClock
 from trio_rlmesh import HookError, ProtocolError
 from trio_rlmesh.runtime import (
     ActionReceived,
+    EnvResetResult,
     ObservationEmitted,
     RuntimeHooks,
     StepCompleted,
 )
 from trio_rlmesh.runtime._hooks import HookDispatcher
 from trio_rlmesh.testing import FakeEnv, FakeModel
+from trio_rlmesh.testing._fakes import decode_observation
 
 from ._support import Recorder, run
 
@@ -60,40 +63,96 @@ async def test_failure_order_ends_with_telemetry_then_session_failed(
     assert hooks.names()[-2:] == ["on_telemetry", "session_failed"]
 
 
-class Prefix(RuntimeHooks):
-    async def transform_observation(self, event: ObservationEmitted) -> Sequence[bytes] | None:
-        return [b"\xab" + event.observation[0]]
+async def test_payloads_are_numpy_batches_of_the_event_lanes(autojump_clock: MockClock) -> None:
+    hooks = Recorder()
+    env = FakeEnv(num_envs=2, autoreset="next_step", episode_length=2)
+    await run(env, FakeModel(), hooks, max_episodes=2)
+    first = hooks.of("observation_emitted")[0]
+    assert first.env_indices == (0, 1)
+    assert isinstance(first.observation, np.ndarray)
+    assert first.observation.dtype == np.float32
+    # FakeEnv rows: [episode step, lane, episodes started on the lane, 0].
+    assert first.observation.tolist() == [[0, 0, 1, 0], [0, 1, 1, 0]]
+    action = hooks.of("action_received")[0]
+    assert isinstance(action.action, np.ndarray)
+    assert (action.action.dtype, action.action.shape) == (np.dtype(np.int64), (2,))
+    assert action.action.tolist() == list(env.actions[0][1])
+
+
+class Shift(RuntimeHooks):
+    async def transform_observation(self, event: ObservationEmitted) -> Any:
+        return event.observation + 100
 
 
 async def test_observations_carry_the_transformed_payload(autojump_clock: MockClock) -> None:
-    emitted: list[bytes] = []
+    emitted: list[Any] = []
 
-    class Watch(Prefix):
+    class Watch(Shift):
         async def observation_emitted(self, event: ObservationEmitted) -> None:
-            emitted.append(event.observation[0])
+            emitted.append(event.observation)
 
     model = FakeModel()
     await run(FakeEnv(episode_length=2), model, Watch())
-    assert len(emitted) == 2
-    assert all(leaf.startswith(b"\xab") for leaf in emitted)
-    assert [p.observation.leaves[0] for p in model.predicts] == emitted
+    assert [e.tolist() for e in emitted] == [[[100, 100, 101, 100]], [[101, 100, 101, 100]]]
+    seen = [decode_observation(p.observation.leaves).tolist() for p in model.predicts]
+    assert seen == [e.tolist() for e in emitted]
 
 
 async def test_transform_action_replaces_what_the_env_gets(autojump_clock: MockClock) -> None:
+    received: list[Any] = []
+
     class Flip(RuntimeHooks):
-        async def transform_action(self, event: ActionReceived) -> Sequence[bytes] | None:
-            return [(1).to_bytes(8, "little")]
+        async def transform_action(self, event: ActionReceived) -> Any:
+            return 1 - event.action
+
+        async def action_received(self, event: ActionReceived) -> None:
+            received.append(event.action.tolist())
 
     env = FakeEnv(episode_length=3)
-    await run(env, FakeModel(), Flip())
+    await run(env, FakeModel(), Flip())  # FakeModel answers 0
     assert [a for _, (a,) in env.actions] == [1, 1, 1]
+    assert received == [[1], [1], [1]]
+
+
+async def test_a_transform_returning_what_the_space_cannot_hold_fails_the_run(
+    autojump_clock: MockClock,
+) -> None:
+    class Wrong(RuntimeHooks):
+        async def transform_observation(self, event: ObservationEmitted) -> Any:
+            return np.zeros((1, 3), np.float32)  # the space is float32[4]
+
+    env = FakeEnv()
+    with pytest.raises(HookError, match="transform_observation returned a batch the") as info:
+        await run(env, FakeModel(), Wrong(), close_env_on_end=True)
+    assert info.value.operation == "hooks.transform_observation"
+    assert info.value.__cause__ is not None
+    assert env.closed
+
+
+async def test_an_observation_that_does_not_decode_is_a_protocol_error(
+    autojump_clock: MockClock,
+) -> None:
+    class Truncating(FakeEnv):
+        async def reset(self, request: Any) -> EnvResetResult:
+            result = await super().reset(request)
+            leaves = result.response.observation.leaves
+            leaves[0] = leaves[0][:-1]
+            return result
+
+    class Watch(RuntimeHooks):
+        async def observation_emitted(self, event: ObservationEmitted) -> None:
+            pass
+
+    with pytest.raises(ProtocolError, match="env's observation does not decode") as info:
+        await run(Truncating(), FakeModel(), Watch())
+    assert info.value.operation == "env.reset"
 
 
 async def test_a_failing_transform_fails_the_run_and_still_closes(
     autojump_clock: MockClock,
 ) -> None:
     class Bad(RuntimeHooks):
-        async def transform_action(self, event: ActionReceived) -> Sequence[bytes] | None:
+        async def transform_action(self, event: ActionReceived) -> Any:
             raise ValueError("nope")
 
     env, model = FakeEnv(), FakeModel()

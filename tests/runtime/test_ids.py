@@ -4,8 +4,7 @@ import re
 
 import pytest
 
-from trio_rlmesh.runtime import deterministic_reset_seed, mint_uuid7
-from trio_rlmesh.runtime._ids import format_request_id
+from trio_rlmesh.runtime._ids import deterministic_reset_seed, format_request_id, mint_uuid7
 
 UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 

@@ -3,8 +3,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import trio_rlmesh.runtime as runtime
-
 
 def test_runtime_imports_neither_asyncio_nor_grpclib() -> None:
     code = (
@@ -16,11 +14,3 @@ def test_runtime_imports_neither_asyncio_nor_grpclib() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_public_surface() -> None:
-    for name in runtime.__all__:
-        assert getattr(runtime, name) is not None
-    assert runtime.RuntimeDriver.__module__ == "trio_rlmesh.runtime._driver"
-    assert "RuntimeDriver" in runtime.__all__
-    assert sorted(runtime.__all__) == sorted(set(runtime.__all__))

@@ -7,7 +7,8 @@ import trio
 from trio.testing import MockClock
 
 from trio_rlmesh import EnvError
-from trio_rlmesh.testing import FakeEnv, FakeModel, Fault, decode_observation
+from trio_rlmesh.testing import FakeEnv, FakeModel, Fault
+from trio_rlmesh.testing._fakes import decode_observation
 
 from ._support import UUID7, Recorder, driver, run
 

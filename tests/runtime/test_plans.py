@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from trio_rlmesh.protocol import model_v1, spaces_v1
-from trio_rlmesh.runtime import EpisodeBook
+from trio_rlmesh.runtime._episodes import EpisodeBook
 from trio_rlmesh.runtime._plans import ActionPlan
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from trio_rlmesh import SpecError
 from trio_rlmesh.protocol import core_v1
-from trio_rlmesh.runtime import DEFAULT_MAX_EPISODE_STEPS, RuntimeLimits, RuntimeSessionSpec
-from trio_rlmesh.runtime._spec import timeout_ms
+from trio_rlmesh.runtime import RuntimeLimits, RuntimeSessionSpec
+from trio_rlmesh.runtime._spec import DEFAULT_MAX_EPISODE_STEPS, timeout_ms
 from trio_rlmesh.testing import FakeEnv
 
 NEXT_STEP = core_v1.AutoresetMode.NEXT_STEP

@@ -4,8 +4,14 @@ import math
 
 import pytest
 
-from trio_rlmesh.runtime import TelemetryRecorder, TelemetryRow, format_telemetry
-from trio_rlmesh.runtime._telemetry import Reservoir, XorShift64Star, summarize
+from trio_rlmesh.runtime import TelemetryRow
+from trio_rlmesh.runtime._telemetry import (
+    Reservoir,
+    TelemetryRecorder,
+    XorShift64Star,
+    format_telemetry,
+    summarize,
+)
 
 
 def test_xorshift64star_sequence_is_pinned() -> None:
@@ -180,3 +186,20 @@ def test_a_resolved_sink_without_samples_shows_no_row() -> None:
     assert recorder.snapshot("session") == []
     with pytest.raises(ValueError, match="bogus"):
         recorder.sink("env.step", "bogus")
+
+
+def test_a_dropped_window_keeps_no_samples_and_leaves_the_session_as_it_was() -> None:
+    values = [float((v * 37) % 1009) for v in range(20_000)]
+    both, session_only = TelemetryRecorder(), TelemetryRecorder()
+    early = session_only.sink("env.step", "rpc.total")  # resolved before the drop
+    session_only.drop_window()
+    for value in values:
+        both.record("env.step", "rpc.total", value)
+        early(value)
+        both.record("model.predict", "rpc.total", value)
+        session_only.record("model.predict", "rpc.total", value)  # a series made after
+    session_only.flush_window()
+    assert session_only.snapshot("session") == both.snapshot("session")
+    assert [row.count for row in session_only.snapshot("session")] == [20_000, 20_000]
+    assert session_only.snapshot("window") == []
+    assert all(series.window is None for series in session_only._series.values())

@@ -10,16 +10,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trio_rlmesh import CodecError, SpaceError
 from trio_rlmesh.spaces import (
     Box,
-    CodecError,
     Dict,
     Discrete,
     DType,
     MultiBinary,
     MultiDiscrete,
     Space,
-    SpaceError,
     Text,
     Tuple,
     decode_batch,
@@ -28,10 +27,10 @@ from trio_rlmesh.spaces import (
     encode_batch,
     encode_lanes,
     encode_value,
-    leaf_paths,
     stack_lanes,
     unstack,
 )
+from trio_rlmesh.spaces._spaces import leaf_paths
 
 from .catalogue import BOX_F32_UNIFORM, CATALOGUE, NESTED, SPEC_EXAMPLE, assert_same, values_for
 
@@ -91,7 +90,7 @@ def test_single_value_round_trip(space: Space, data: st.DataObject) -> None:
 
 
 def _leaves(space: Space) -> list[tuple[str, Space]]:
-    from trio_rlmesh.spaces import iter_leaves
+    from trio_rlmesh.spaces._spaces import iter_leaves
 
     return list(iter_leaves(space))
 

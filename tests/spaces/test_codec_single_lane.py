@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from trio_rlmesh import CodecError
 from trio_rlmesh.spaces import (
     Box,
-    CodecError,
     Dict,
     Discrete,
     DType,

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from trio_rlmesh.spaces import (
     Box,
-    Deviation,
     Dict,
     Discrete,
     DType,
@@ -18,8 +17,8 @@ from trio_rlmesh.spaces import (
     Space,
     Text,
     Tuple,
-    check_batch,
 )
+from trio_rlmesh.spaces._conformance import Deviation, check_batch
 
 from .catalogue import CATALOGUE, NESTED, values_for
 
@@ -52,6 +51,25 @@ def test_box_range() -> None:
     ]
     assert _kinds(BOX, [[-2.0, 0.0]]) == [("range", "$")]
     assert check_batch(BOX, [[-1.0, 1e30]], 1) == []
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_small_box_batches_of_the_declared_dtype_are_checked_element_by_element(n: int) -> None:
+    # Batches of the Box's own dtype with few elements take the scan in Python; it must
+    # judge every lane's every element against that element's bounds, as numpy would.
+    inside = np.tile(np.array([[-1.0, 0.0]], np.float32), (n, 1))
+    assert check_batch(BOX, inside, n) == []
+    for lane in range(n):
+        for element, value in ((0, 1.5), (0, -1.5), (1, -0.5)):
+            batch = inside.copy()
+            batch[lane, element] = value
+            assert _kinds(BOX, batch, n) == [("range", "$")], (lane, element, value)
+    batch = inside.copy()
+    batch[n - 1, 1] = np.nan
+    assert _kinds(BOX, batch, n) == [("structural", "$")]
+    space = Box.from_bounds(0, 10, (2,), DType.UINT8)
+    assert check_batch(space, np.array([[0, 10]] * n, np.uint8), n) == []
+    assert _kinds(space, np.array([[0, 10]] * (n - 1) + [[11, 0]], np.uint8), n) == [("range", "$")]
 
 
 def test_box_nan_is_structural() -> None:

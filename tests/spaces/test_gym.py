@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from trio_rlmesh import SpaceError
 from trio_rlmesh.spaces import (
     Box,
     Dict,
@@ -14,7 +15,6 @@ from trio_rlmesh.spaces import (
     MultiBinary,
     MultiDiscrete,
     Space,
-    SpaceError,
     Text,
     Tuple,
     from_gymnasium,

@@ -5,7 +5,7 @@ import pickle
 import numpy as np
 import pytest
 
-from trio_rlmesh import SpecError
+from trio_rlmesh import SpaceError, SpecError
 from trio_rlmesh.spaces import (
     Box,
     Dict,
@@ -14,15 +14,12 @@ from trio_rlmesh.spaces import (
     MultiBinary,
     MultiDiscrete,
     Space,
-    SpaceError,
     Text,
     Tuple,
-    dtype_range,
-    fits_dtype,
-    iter_leaves,
-    leaf_paths,
     validate,
 )
+from trio_rlmesh.spaces._dtypes import dtype_range, fits_dtype
+from trio_rlmesh.spaces._spaces import iter_leaves, leaf_paths
 
 from .catalogue import CATALOGUE, NESTED, SPEC_EXAMPLE
 

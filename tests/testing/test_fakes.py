@@ -16,10 +16,9 @@ from trio_rlmesh.testing import (
     Fault,
     check_runtime_env,
     check_runtime_model,
-    decode_observation,
-    leaf_count,
-    zero_leaves,
 )
+from trio_rlmesh.testing._fakes import decode_observation
+from trio_rlmesh.testing._leaves import leaf_count, zero_leaves
 
 
 @pytest.mark.parametrize(

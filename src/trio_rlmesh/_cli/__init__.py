@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from .. import __version__
+    from .._version import __version__
     from ..protocol import PROTOCOL_GENERATION, WORKFLOW_EDITION
 
     return f"trio-rlmesh {__version__} ({PROTOCOL_GENERATION}, workflow edition {WORKFLOW_EDITION})"

@@ -246,7 +246,7 @@ def _record(args: argparse.Namespace) -> RecordOptions | None:
     """``--record``/``--record-video``, checked before anything starts (names, packages)."""
     if args.record is None and args.record_video is None:
         return None
-    from ..record._options import check_available
+    from ..record._internal import check_available
 
     record = RecordOptions(dataset=args.record, video=args.record_video)
     check_available(record)
@@ -537,7 +537,7 @@ def _last_words(args: argparse.Namespace, out: TextIO, report: RuntimeReport) ->
     """What a run that must end at once writes: a recording stops between two writes first
     (its dataset then holds the episodes written so far), then the episodes counted."""
     if args.record is not None or args.record_video is not None:
-        from ..record._writer import freeze_writers
+        from ..record._internal import freeze_writers
 
         freeze_writers(FREEZE_TIMEOUT)
     _write_results(args, out, report, None)
@@ -564,7 +564,7 @@ def _write_results(
         shown = report if failure is None else attrs.evolve(report, reason=None)
         out.write(format_summary(shown) + "\n")
         if args.telemetry and report.telemetry:
-            from ..runtime import format_telemetry
+            from ..runtime._internal import format_telemetry
 
             out.write(format_telemetry(report.telemetry) + "\n")
         out.flush()

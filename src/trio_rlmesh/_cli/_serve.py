@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from ..transports.grpc._backend import BACKENDS
+from ..transports.grpc import BACKENDS
 from ._exit import EXIT_CANCELLED, EXIT_OK, Interrupts, UsageError, describe
 from ._targets import (
     add_env_kwargs_options,

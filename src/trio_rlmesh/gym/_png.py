@@ -15,14 +15,19 @@ import zlib
 import numpy as np
 import numpy.typing as npt
 
+from .._errors import Error
+
 __all__ = ["PngError", "decode_png"]
 
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _CHANNELS = {0: 1, 2: 3, 4: 2, 6: 4}
 
 
-class PngError(ValueError):
-    """The bytes are not a PNG this decoder reads (8-bit, not interlaced, no palette)."""
+class PngError(Error, ValueError):
+    """The bytes are not a PNG this decoder reads (8-bit, not interlaced, no palette).
+
+    Also a :class:`ValueError`.
+    """
 
 
 def _chunks(data: bytes) -> tuple[bytes, bytes]:

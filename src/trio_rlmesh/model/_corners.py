@@ -85,6 +85,8 @@ class Corner:
         return cls(fn, chunked, accepts_context(fn, arity), mode)
 
     def call(self, inputs: Any, horizon: int, context: Any) -> Any:
+        if self.horizon_mode is None and not self.takes_context:
+            return self.fn(inputs)
         args: list[Any] = [inputs]
         if self.horizon_mode == "positional":
             args.append(horizon)

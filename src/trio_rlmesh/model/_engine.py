@@ -45,8 +45,8 @@ import attrs
 import trio
 
 from .._errors import Error, ModelError
-from ..runtime._worker import UserCode, WorkerUnavailable, check_user_code, new_worker
-from ..spaces._spaces import Space
+from ..runtime._internal import UserCode, WorkerUnavailable, check_user_code, new_worker
+from ..spaces import Space
 from ._corners import Corner, Corners, find_corners
 from ._episodes import EpisodeStore, PredictContext
 from ._handler import (
@@ -453,15 +453,19 @@ class ModelEngine:
 
     def _run_one(self, group: ModelObservation, horizon: int) -> PredictFrames | Error:
         try:
-            forward = _Forward(self, [group], horizon)
-            if forward.n == 1 and self._plain_predict(horizon):
+            corner = self._corners.predict
+            if corner is not None and len(group.episodes) <= 1 and self._plain_predict(horizon):
                 # The common case: one lane through the authored predict. This is the path
-                # _dispatch and _predict take for it, without their per-lane lists.
-                corner = self._corners.predict
-                assert corner is not None
-                context = _Lazy(forward, [0], single=True)
-                action = self._user(corner, forward.lanes()[0], 1, context, 0)
-                return PredictFrames(actions=[action], replay=[])
+                # _dispatch and _predict take for it, without their per-lane lists (and
+                # without the forward, unless the corner asks for its context).
+                context = (
+                    _Lazy(_Forward(self, [group], horizon), [0], single=True)
+                    if corner.takes_context
+                    else None
+                )
+                action = self._user(corner, group.lanes()[0], 1, context, 0)
+                return PredictFrames([action], [])
+            forward = _Forward(self, [group], horizon)
             frames = self._dispatch(forward)
             return self._finish(frames, group.num_envs)
         except _Failure as failure:
@@ -529,10 +533,10 @@ class ModelEngine:
     # -- corners
 
     def _user(
-        self, corner: Corner, inputs: Any, horizon: int, context: _Lazy, lane: int | None
+        self, corner: Corner, inputs: Any, horizon: int, context: _Lazy | None, lane: int | None
     ) -> Any:
         try:
-            resolved = context.resolve() if corner.takes_context else None
+            resolved = context.resolve() if context is not None and corner.takes_context else None
         except Error as exc:
             raise _Failure(exc, lane) from exc
         started = time.perf_counter_ns()

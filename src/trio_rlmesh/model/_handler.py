@@ -26,10 +26,8 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from .._errors import Error
-from ..protocol import core_v1
-from ..protocol._spacespec import EnvContractInfo, spec_to_space
-from ..spaces import _codec
-from ..spaces._spaces import Space
+from ..protocol import EnvContractInfo, core_v1, spec_to_space
+from ..spaces import Space, unstack
 
 __all__ = [
     "EpisodeRef",
@@ -104,8 +102,8 @@ class RouteContract:
         Raises:
             SpaceError: an invalid space, or no action space.
         """
+        from .._errors import SpaceError
         from ..protocol import meta_to_python
-        from ..spaces._errors import SpaceError
 
         if spec.action_space is None:
             raise SpaceError("missing from the env spec", path="$.action_space")
@@ -188,7 +186,7 @@ class ModelObservation:
     def lanes(self) -> list[Any]:
         """The batch split into single-lane values."""
         if self.observation_space is not None:
-            return _codec.unstack(self.observation_space, self.observation, self.num_envs)
+            return unstack(self.observation_space, self.observation, self.num_envs)
         from ._tree import split_batch
 
         return split_batch(self.observation, self.num_envs)

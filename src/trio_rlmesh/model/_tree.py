@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..spaces import _codec
-from ..spaces._spaces import Box, Dict, Space, Text, Tuple
+from ..spaces import Box, Dict, Space, Text, Tuple, stack_lanes, unstack
 
 __all__ = [
     "concat_batches",
@@ -30,7 +29,7 @@ __all__ = [
 def stack_values(space: Space | None, values: Sequence[Any]) -> Any:
     """Single-lane values into one batch (space-driven when the space is known)."""
     if space is not None:
-        return _codec.stack_lanes(space, values)
+        return stack_lanes(space, values)
     first = values[0]
     if isinstance(first, Mapping):
         return {key: stack_values(None, [v[key] for v in values]) for key in first}
@@ -56,7 +55,7 @@ def split_batch(value: Any, n: int, space: Space | None = None) -> list[Any]:
             raise ValueError(f"returned a list of {len(value)} items for {n} lanes")
         return value
     if space is not None:
-        return _codec.unstack(space, value, n)
+        return unstack(space, value, n)
     if isinstance(value, Mapping):
         columns = {key: split_batch(item, n) for key, item in value.items()}
         return [{key: column[i] for key, column in columns.items()} for i in range(n)]

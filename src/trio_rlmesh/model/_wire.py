@@ -9,8 +9,7 @@ import attrs
 
 from .._errors import Error, ModelError
 from ..protocol import SUPPORTED_WORKFLOW_EDITIONS, WORKFLOW_EDITION, model_v1, spaces_v1
-from ..spaces import _codec
-from ..spaces._spaces import Space
+from ..spaces import Space, decode_batch, decode_lanes, encode_lanes
 from ._handler import (
     EpisodeRef,
     HistoryRow,
@@ -185,13 +184,13 @@ def observation_from_request(
         raise _invalid(f"predict request for env {context.env_id!r}: observation absent")
     n = len(episodes)
     try:
-        batch = _codec.decode_batch(space, request.observation.leaves, n)
+        batch = decode_batch(space, request.observation.leaves, n)
         history = (
             ()
             if not request.history
             else tuple(
                 HistoryRow(
-                    observation=_codec.decode_lanes(
+                    observation=decode_lanes(
                         space, row.observation.leaves if row.observation else [], 1
                     )[0],
                     episode=(
@@ -242,14 +241,14 @@ def _encode_frame(
             code="INTERNAL",
         )
     try:
-        return spaces_v1.SpaceValue(leaves=_codec.encode_lanes(space, actions))
+        return spaces_v1.SpaceValue(leaves=encode_lanes(space, actions))
     except Error as exc:
         failure: Error = exc
     where = _bad_action(model, env_id)
     # Find the first lane that fails on its own, so the error can name it.
     for lane, action in enumerate(actions):
         try:
-            _codec.encode_lanes(space, [action])
+            encode_lanes(space, [action])
         except Error as exc:
             raise ModelError(
                 f"{where} lane {lane}"

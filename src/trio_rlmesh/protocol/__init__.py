@@ -12,92 +12,13 @@ exposed here as the namespaces ``core_v1``, ``env_v1``, ``model_v1`` and
 
 from __future__ import annotations
 
-from ._constants import (
-    CAP_CONCURRENT_PREDICT as CAP_CONCURRENT_PREDICT,
-)
-from ._constants import (
-    CAP_OBSERVATION_HISTORY as CAP_OBSERVATION_HISTORY,
-)
-from ._constants import (
-    CAP_SUBSET_STEP as CAP_SUBSET_STEP,
-)
-from ._constants import (
-    CAPABILITY_TRUE as CAPABILITY_TRUE,
-)
-from ._constants import (
-    COMPONENT_ENV as COMPONENT_ENV,
-)
-from ._constants import (
-    COMPONENT_MODEL as COMPONENT_MODEL,
-)
-from ._constants import (
-    DEFAULT_ENV_TIMEOUT_MS as DEFAULT_ENV_TIMEOUT_MS,
-)
-from ._constants import (
-    EXTRA_BUILD_COHORT as EXTRA_BUILD_COHORT,
-)
-from ._constants import (
-    EXTRA_BUILD_SOURCE as EXTRA_BUILD_SOURCE,
-)
-from ._constants import (
-    EXTRA_WORKFLOW_BASE as EXTRA_WORKFLOW_BASE,
-)
-from ._constants import (
-    EXTRA_WORKFLOW_EDITION as EXTRA_WORKFLOW_EDITION,
-)
-from ._constants import (
-    INFO_FINAL_INFO as INFO_FINAL_INFO,
-)
-from ._constants import (
-    INFO_FINAL_INFO_MASK as INFO_FINAL_INFO_MASK,
-)
-from ._constants import (
-    INFO_IS_SUCCESS as INFO_IS_SUCCESS,
-)
-from ._constants import (
-    INFO_SUCCESS as INFO_SUCCESS,
-)
-from ._constants import (
-    MAX_MESSAGE_SIZE as MAX_MESSAGE_SIZE,
-)
-from ._constants import (
-    META_AUTORESET_MODE as META_AUTORESET_MODE,
-)
-from ._constants import (
-    META_CONFORMANCE_WARNING as META_CONFORMANCE_WARNING,
-)
-from ._constants import (
-    META_ENV_TAGS as META_ENV_TAGS,
-)
-from ._constants import (
-    META_RESET_OPTIONS as META_RESET_OPTIONS,
-)
-from ._constants import (
-    PROTOCOL_GENERATION as PROTOCOL_GENERATION,
-)
-from ._constants import (
-    RESET_OPTION_TRIAL_INDEX as RESET_OPTION_TRIAL_INDEX,
-)
-from ._constants import (
-    SUPPORTED_WORKFLOW_EDITIONS as SUPPORTED_WORKFLOW_EDITIONS,
-)
-from ._constants import (
-    WORKFLOW_EDITION as WORKFLOW_EDITION,
-)
-from ._constants import (
-    edition_sort_key as edition_sort_key,
-)
-from ._constants import (
-    has_capability as has_capability,
-)
-from ._constants import (
-    highest_shared_edition as highest_shared_edition,
-)
+from ._constants import PROTOCOL_GENERATION as PROTOCOL_GENERATION
+from ._constants import SUPPORTED_WORKFLOW_EDITIONS as SUPPORTED_WORKFLOW_EDITIONS
+from ._constants import WORKFLOW_EDITION as WORKFLOW_EDITION
 from ._generated.rlmesh.core import v1 as core_v1
 from ._generated.rlmesh.env import v1 as env_v1
 from ._generated.rlmesh.model import v1 as model_v1
 from ._generated.rlmesh.spaces import v1 as spaces_v1
-from ._meta import MetaConversionError as MetaConversionError
 from ._meta import meta_to_python as meta_to_python
 from ._meta import python_to_meta as python_to_meta
 from ._meta import value_to_python as value_to_python
@@ -112,37 +33,12 @@ from ._spacespec import spec_to_space as spec_to_space
 _install_metamap()
 
 __all__ = [
-    "CAPABILITY_TRUE",
-    "CAP_CONCURRENT_PREDICT",
-    "CAP_OBSERVATION_HISTORY",
-    "CAP_SUBSET_STEP",
-    "COMPONENT_ENV",
-    "COMPONENT_MODEL",
-    "DEFAULT_ENV_TIMEOUT_MS",
-    "EXTRA_BUILD_COHORT",
-    "EXTRA_BUILD_SOURCE",
-    "EXTRA_WORKFLOW_BASE",
-    "EXTRA_WORKFLOW_EDITION",
-    "INFO_FINAL_INFO",
-    "INFO_FINAL_INFO_MASK",
-    "INFO_IS_SUCCESS",
-    "INFO_SUCCESS",
-    "MAX_MESSAGE_SIZE",
-    "META_AUTORESET_MODE",
-    "META_CONFORMANCE_WARNING",
-    "META_ENV_TAGS",
-    "META_RESET_OPTIONS",
     "PROTOCOL_GENERATION",
-    "RESET_OPTION_TRIAL_INDEX",
     "SUPPORTED_WORKFLOW_EDITIONS",
     "WORKFLOW_EDITION",
     "EnvContractInfo",
-    "MetaConversionError",
     "core_v1",
-    "edition_sort_key",
     "env_v1",
-    "has_capability",
-    "highest_shared_edition",
     "make_env_contract",
     "meta_to_python",
     "model_v1",

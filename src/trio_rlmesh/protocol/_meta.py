@@ -12,16 +12,13 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from .._errors import MetaConversionError
 from ._generated.rlmesh.spaces import v1 as spaces_v1
 
 __all__ = ["MetaConversionError", "meta_to_python", "python_to_meta", "value_to_python"]
 
 _I64_MIN = -(2**63)
 _I64_MAX = 2**63 - 1
-
-
-class MetaConversionError(TypeError):
-    """A Python value has no MetaValue form; the message names its path."""
 
 
 def _normalize(value: Any) -> Any:

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from .._errors import SpecError
+from .._errors import ROOT, SpaceError, SpecError
 from ..spaces import (
     Box,
     Dict,
@@ -30,12 +30,11 @@ from ..spaces import (
     MultiBinary,
     MultiDiscrete,
     Space,
-    SpaceError,
     Text,
     Tuple,
     validate,
 )
-from ..spaces._errors import ROOT, child_path, index_path
+from ..spaces._internal import child_path, index_path
 from ._generated.rlmesh.core import v1 as core_v1
 from ._generated.rlmesh.spaces import v1 as spaces_v1
 from ._meta import meta_to_python, python_to_meta

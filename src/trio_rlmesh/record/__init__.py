@@ -20,7 +20,6 @@ Example::
 
 from __future__ import annotations
 
-from ._options import RecordingError as RecordingError
 from ._options import RecordOptions as RecordOptions
 from ._recording import RecordingHooks as RecordingHooks
 from ._recording import open_recording as open_recording
@@ -31,7 +30,6 @@ from ._show import summarize as summarize
 __all__ = [
     "DatasetSummary",
     "RecordOptions",
-    "RecordingError",
     "RecordingHooks",
     "open_recording",
     "plot_returns",

@@ -29,8 +29,8 @@ from typing import Any
 
 import attrs
 
+from .._errors import RecordingError
 from ..runtime import EpisodeCompleted, ResetCompleted, StepCompleted
-from ._options import RecordingError
 
 __all__ = ["Buffers", "Finished", "Live", "Sample"]
 

@@ -25,7 +25,8 @@ import attrs
 import numpy as np
 
 from ..runtime import EpisodeRecord
-from ..spaces import Space, Text, decode_batch, decode_lanes, iter_leaves, stack_lanes
+from ..spaces import Space, Text, decode_batch, decode_lanes, stack_lanes
+from ..spaces._internal import iter_leaves
 from ._buffers import Finished, Sample
 
 __all__ = ["Converted", "convert", "info_columns", "lane_info"]

@@ -11,12 +11,11 @@ from typing import Any, Literal
 
 import attrs
 
-from .._errors import Error, SpecError
+from .._errors import SpecError
 
 __all__ = [
     "MINARI_PYTHON",
     "RecordOptions",
-    "RecordingError",
     "as_record_options",
     "check_available",
     "check_dataset_dir",
@@ -33,12 +32,6 @@ _DATASET_ID = re.compile(r"^[-_\w]+?-v\d+$")
 """A Minari dataset id without namespace: ``name-v<version>`` (Minari's own pattern)."""
 
 DataFormat = Literal["hdf5", "arrow"]
-
-
-class RecordingError(Error):
-    """Recording failed: a dataset or video could not be written, or the recorded
-    episodes disagree with the run's own count. The run is stopped; what was written
-    before stays loadable."""
 
 
 def _path(value: Any) -> Path | None:

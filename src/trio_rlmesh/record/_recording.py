@@ -9,7 +9,7 @@ for room: memory stays bounded and no counted episode is dropped.
 The writer is shielded from cancellation and ends only when the channel is closed and
 empty, so a cancelled or failed run still has every episode it counted on disk, and
 never half an episode. A writer failure cancels the run and comes out of
-:func:`open_recording` as :class:`RecordingError`.
+:func:`open_recording` as :class:`~trio_rlmesh.RecordingError`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 import trio
 
-from .._errors import SpecError
+from .._errors import RecordingError, SpecError
 from ..protocol import core_v1, read_env_contract
 from ..runtime import (
     EpisodeCompleted,
@@ -34,7 +34,7 @@ from ..runtime import (
     StepCompleted,
 )
 from ._buffers import Buffers, Finished
-from ._options import RecordingError, RecordOptions, as_record_options
+from ._options import RecordOptions, as_record_options
 from ._writer import DatasetWriter
 
 if sys.version_info < (3, 11):  # pragma: no cover - exercised on 3.10 only
@@ -162,7 +162,7 @@ async def open_recording(
     Raises:
         SpecError: the directory is not a new ``name-v<N>`` dataset, or a package is
             missing (Minari needs Python >= 3.11; ``pip install 'trio-rlmesh[record]'``).
-        RecordingError: writing failed (the run was cancelled; the episodes written
+        trio_rlmesh.RecordingError: writing failed (the run was cancelled; the episodes written
             before stay loadable).
 
     Example::

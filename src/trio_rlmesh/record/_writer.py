@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import RecordingError
 from .._version import __version__
 from ..runtime import SessionStarted
 from ..spaces import Space, to_gymnasium
 from ._buffers import Finished
 from ._convert import Converted, convert
 from ._options import (
-    RecordingError,
     RecordOptions,
     check_available,
     require_video,

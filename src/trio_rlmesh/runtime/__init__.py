@@ -12,19 +12,7 @@ asyncio nor grpclib.
 
 from __future__ import annotations
 
-from .._errors import EnvError as EnvError
-from .._errors import Error as Error
-from .._errors import HookError as HookError
-from .._errors import ModelError as ModelError
-from .._errors import OperationTimeout as OperationTimeout
-from .._errors import ProtocolError as ProtocolError
-from .._errors import SpecError as SpecError
-from .._errors import TransportError as TransportError
 from ._driver import RuntimeDriver as RuntimeDriver
-from ._episodes import EpisodeBook as EpisodeBook
-from ._episodes import LaneEvent as LaneEvent
-from ._episodes import LaneState as LaneState
-from ._episodes import LaneStateError as LaneStateError
 from ._hooks import ActionReceived as ActionReceived
 from ._hooks import EpisodeCompleted as EpisodeCompleted
 from ._hooks import EpisodeStarted as EpisodeStarted
@@ -36,8 +24,6 @@ from ._hooks import SessionFailed as SessionFailed
 from ._hooks import SessionStarted as SessionStarted
 from ._hooks import StepCompleted as StepCompleted
 from ._hooks import Telemetry as Telemetry
-from ._ids import deterministic_reset_seed as deterministic_reset_seed
-from ._ids import mint_uuid7 as mint_uuid7
 from ._interfaces import EndpointTimings as EndpointTimings
 from ._interfaces import EnvResetResult as EnvResetResult
 from ._interfaces import EnvStepResult as EnvStepResult
@@ -47,36 +33,22 @@ from ._interfaces import RuntimeModel as RuntimeModel
 from ._report import EpisodeRecord as EpisodeRecord
 from ._report import RunStatus as RunStatus
 from ._report import RuntimeReport as RuntimeReport
-from ._spec import DEFAULT_MAX_EPISODE_STEPS as DEFAULT_MAX_EPISODE_STEPS
 from ._spec import PeerCeiling as PeerCeiling
 from ._spec import RuntimeLimits as RuntimeLimits
 from ._spec import RuntimeSessionSpec as RuntimeSessionSpec
-from ._telemetry import TelemetryRecorder as TelemetryRecorder
 from ._telemetry import TelemetryRow as TelemetryRow
-from ._telemetry import format_telemetry as format_telemetry
 
 __all__ = [
-    "DEFAULT_MAX_EPISODE_STEPS",
     "ActionReceived",
     "EndpointTimings",
-    "EnvError",
     "EnvResetResult",
     "EnvStepResult",
-    "EpisodeBook",
     "EpisodeCompleted",
     "EpisodeRecord",
     "EpisodeStarted",
-    "Error",
-    "HookError",
-    "LaneEvent",
-    "LaneState",
-    "LaneStateError",
-    "ModelError",
     "ModelPrediction",
     "ObservationEmitted",
-    "OperationTimeout",
     "PeerCeiling",
-    "ProtocolError",
     "ResetCompleted",
     "RunStatus",
     "RuntimeDriver",
@@ -89,13 +61,7 @@ __all__ = [
     "SessionEnded",
     "SessionFailed",
     "SessionStarted",
-    "SpecError",
     "StepCompleted",
     "Telemetry",
-    "TelemetryRecorder",
     "TelemetryRow",
-    "TransportError",
-    "deterministic_reset_seed",
-    "format_telemetry",
-    "mint_uuid7",
 ]

@@ -20,7 +20,8 @@ import trio
 
 from .._errors import EnvError, Error, ModelError, ProtocolError
 from .._errors import SpecError as SpecError
-from ..protocol import RESET_OPTION_TRIAL_INDEX, env_v1, model_v1, python_to_meta, spaces_v1
+from ..protocol import env_v1, model_v1, python_to_meta, spaces_v1
+from ..protocol._internal import RESET_OPTION_TRIAL_INDEX
 from ._advisories import FailureLog, advisories
 from ._calls import (
     Background,
@@ -97,7 +98,7 @@ class RuntimeDriver:
         env: the env endpoint.
         model: the model endpoint.
         hooks: observers and transforms (see :class:`~trio_rlmesh.runtime.RuntimeHooks`), or
-            a sequence of them (each event goes to each, in order).
+            a sequence of them (each event goes to each, in order; transforms chain).
         prefetch_lead: with chunked actions, start predicting the next chunk when this many
             frames of the current one remain to replay (0 = never overlap).
         render: ask the env for a frame (its ``render`` call, a PNG) after every reset and
@@ -248,6 +249,8 @@ class RuntimeDriver:
                 window = spec.limits.telemetry_window
                 if window and self._events.wants_telemetry:
                     nursery.start_soon(self._tick, ticker, window)
+                else:
+                    self._telemetry.drop_window()  # no ticker reads it
                 try:
                     with self._stop_scope:
                         await self._events.session_started(spec.num_envs, not self._lockstep)
@@ -377,9 +380,10 @@ class RuntimeDriver:
             else:
                 spawned = self._spawned
                 await trio.lowlevel.checkpoint()
-            if plan.prefetch_due():
+            queued = plan.queue
+            if queued and plan.prefetch_due():
                 self._prefetch(plan)
-            frame = plan.replay()
+            frame = plan.replay() if queued else None
             replayed = frame is not None
             if frame is None:
                 frame = await self._predicted_frame(plan)
@@ -509,7 +513,7 @@ class RuntimeDriver:
 
     async def _predicted_frame(self, plan: _Plan) -> spaces_v1.SpaceValue:
         """The frame to apply when nothing is queued: from the prefetch, or a fresh predict."""
-        pending = plan.take_prefetch()
+        pending = plan.take_prefetch() if plan.prefetching else None
         if pending is not None:
             handle, offset = pending
             prediction = await handle.result()

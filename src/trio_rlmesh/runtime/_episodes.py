@@ -381,6 +381,8 @@ class EpisodeBook:
         ended, in that order (see :meth:`end_episode` for the quota).
         """
         ended: list[EpisodeEnd] = []
+        if not completed and self.step_cap is None and self.seconds_cap is None:
+            return ended  # nothing reported, no caps: the common step
         for meta in completed:
             lane = meta.env_index
             if not self.is_current(lane, meta.episode_id, lanes):

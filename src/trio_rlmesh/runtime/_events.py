@@ -1,22 +1,24 @@
 """What a run tells its hooks: each event built from the run's state and fired.
 
 :class:`RunEvents` is the driver's one way to the hooks. It builds an event only when a
-hook that receives it is overridden (the per-step ones cost nothing otherwise), turns a
-transform's exception into :class:`~trio_rlmesh.HookError`, and bounds the end-of-run
-hooks by ``service_close_timeout``. The events and their order are documented in
-:mod:`._hooks`.
+hook that receives it is overridden (the per-step ones cost nothing otherwise), decodes the
+observation and action leaves into numpy values for it (and encodes what a transform
+returns), turns a transform's exception into :class:`~trio_rlmesh.HookError`, and bounds
+the end-of-run hooks by ``service_close_timeout``. The events and their order are
+documented in :mod:`._hooks`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import trio
 
-from .._errors import Error, HookError
-from ..protocol import env_v1, read_env_contract, spaces_v1
+from .._errors import CodecError, Error, HookError, ProtocolError
+from ..protocol import env_v1, read_env_contract, spaces_v1, spec_to_space
+from ..spaces import Space, decode_batch, encode_batch
 from ._calls import deadline_scope
 from ._episodes import EpisodeBook, EpisodeEnd, PlannedEpisode
 from ._hooks import (
@@ -38,6 +40,8 @@ from ._spec import RuntimeSessionSpec
 from ._telemetry import Horizon, TelemetryRecorder, TelemetryRow
 
 __all__ = ["RunEvents"]
+
+Payload = Literal["observation", "action"]
 
 
 def _pad(rewards: Sequence[float], width: int) -> tuple[float, ...]:
@@ -62,6 +66,8 @@ class RunEvents:
         self._bound = spec.limits.service_close_timeout
         self._book = book
         self._contract = spec.env_contract
+        self._spec = spec
+        self._spaces: dict[Payload, Space] = {}
 
     @property
     def errors(self) -> int:
@@ -150,8 +156,10 @@ class RunEvents:
                 await self.dispatcher.fire("episode_completed", event)
 
     async def observation(self, plan: ActionPlan[Any], step: int) -> None:
-        """``transform_observation`` (its leaves replace the plan's), ``observation_emitted``."""
+        """``transform_observation`` (its batch replaces the plan's), ``observation_emitted``."""
         book, lanes = self._book, plan.lanes
+        operation = "env.reset" if plan.is_reset else "env.step"
+        leaves: Sequence[bytes] = plan.observation.leaves
         event = ObservationEmitted(
             self._session_id,
             self._env_id,
@@ -159,12 +167,17 @@ class RunEvents:
             tuple(e for e, _ in book.episode_info(lanes)),
             book.slots[lanes[0]].steps,
             plan.is_reset,
-            tuple(plan.observation.leaves),
+            self._decode("observation", leaves, len(lanes), operation, plan.lane, step),
         )
         replaced = await self._transform("transform_observation", event, plan.lane, step)
         if replaced is not None:
-            plan.replace_observation(spaces_v1.SpaceValue(leaves=list(replaced)))
-            event = attrs.evolve(event, observation=replaced)
+            leaves = self._encode("observation", replaced, len(lanes), plan.lane, step)
+            plan.replace_observation(spaces_v1.SpaceValue(leaves=leaves))
+            if self.dispatcher.wants("observation_emitted"):
+                decoded = self._decode(
+                    "observation", leaves, len(lanes), operation, plan.lane, step
+                )
+                event = attrs.evolve(event, observation=decoded)
         await self.dispatcher.fire("observation_emitted", event)
 
     async def action(
@@ -179,20 +192,70 @@ class RunEvents:
             tuple(book.step_ids(lanes)),
             book.slots[lanes[0]].steps + 1,
             replayed,
-            tuple(frame.leaves),
+            self._decode("action", frame.leaves, len(lanes), "model.predict", plan.lane, step),
         )
         replaced = await self._transform("transform_action", event, plan.lane, step)
         if replaced is not None:
-            frame = spaces_v1.SpaceValue(leaves=list(replaced))
-            event = attrs.evolve(event, action=replaced)
+            frame = spaces_v1.SpaceValue(
+                leaves=self._encode("action", replaced, len(lanes), plan.lane, step)
+            )
+            if self.dispatcher.wants("action_received"):
+                decoded = self._decode(
+                    "action", frame.leaves, len(lanes), "model.predict", plan.lane, step
+                )
+                event = attrs.evolve(event, action=decoded)
         await self.dispatcher.fire("action_received", event)
         return frame
 
-    async def _transform(
-        self, name: str, event: Any, lane: int | None, step: int
-    ) -> tuple[bytes, ...] | None:
+    def _space(self, payload: Payload) -> Space:
+        space = self._spaces.get(payload)
+        if space is None:
+            spec = self._spec
+            message = spec.observation_space if payload == "observation" else spec.action_space
+            assert message is not None  # RuntimeSessionSpec.validate requires both spaces
+            space = self._spaces[payload] = spec_to_space(message, path=f"$.{payload}_space")
+        return space
+
+    def _decode(
+        self,
+        payload: Payload,
+        leaves: Sequence[bytes],
+        n: int,
+        operation: str,
+        lane: int | None,
+        step: int,
+    ) -> Any:
+        """A payload's leaves as the numpy batch hooks receive."""
         try:
-            replaced = await self.dispatcher.transform(name, event)
+            return decode_batch(self._space(payload), leaves, n)
+        except CodecError as exc:
+            source = "env's observation" if payload == "observation" else "model's action"
+            raise ProtocolError(
+                f"the {source} does not decode as the {payload} space: {exc}",
+                operation=operation,
+                step=step,
+                lane=lane,
+            ) from exc
+
+    def _encode(
+        self, payload: Payload, batch: Any, n: int, lane: int | None, step: int
+    ) -> list[bytes]:
+        """A transform's replacement batch as leaves; a value the space refuses fails the run."""
+        name = f"transform_{payload}"
+        try:
+            return encode_batch(self._space(payload), batch, n)
+        except Exception as exc:
+            raise HookError(
+                f"runtime hook {name} returned a batch the {payload} space cannot encode "
+                f"for {n} lane(s): {type(exc).__name__}: {exc}",
+                operation=f"hooks.{name}",
+                step=step,
+                lane=lane,
+            ) from exc
+
+    async def _transform(self, name: str, event: Any, lane: int | None, step: int) -> Any:
+        try:
+            return await self.dispatcher.transform(name, event)
         except Exception as exc:
             raise HookError(
                 f"runtime hook {name} failed: {type(exc).__name__}: {exc}",
@@ -200,7 +263,6 @@ class RunEvents:
                 step=step,
                 lane=lane,
             ) from exc
-        return None if replaced is None else tuple(replaced)
 
     async def tick(self, telemetry: TelemetryRecorder, window: float) -> None:
         """Every ``window`` seconds, the window's telemetry (until cancelled)."""

@@ -4,9 +4,15 @@ Subclass :class:`RuntimeHooks` and override what you need. The driver checks onc
 construction, which methods a subclass overrides and only ever calls those, so an
 unused hook costs nothing per step.
 
-Two hooks change the run: ``transform_observation`` and ``transform_action`` may return
-replacement leaves (``None`` keeps the payload); if either raises, the run fails with
-:class:`~trio_rlmesh.HookError` chained to the original. Every other hook only
+Payloads are numpy values, never wire bytes: an observation or an action is the batch of
+the lanes the event names, decoded with its space as :func:`trio_rlmesh.spaces.decode_batch`
+decodes it (arrays with a leading lane axis, dicts and tuples of them, a tuple of ``str`` for
+Text). Rewards are floats and infos plain Python values.
+
+Two hooks change the run: ``transform_observation`` and ``transform_action`` may return a
+replacement batch of the same form (``None`` keeps the payload), which the driver encodes
+with the space; if either raises, or returns a value the space cannot encode, the run fails
+with :class:`~trio_rlmesh.HookError` chained to the original. Every other hook only
 observes: if it raises, the error is logged on ``trio_rlmesh.runtime`` and counted in
 ``RuntimeReport.hook_errors``, and the run goes on.
 
@@ -65,11 +71,11 @@ __all__ = [
 
 logger = logging.getLogger("trio_rlmesh.runtime")
 
-Leaves = Sequence[bytes]
-
 
 @attrs.frozen
 class SessionStarted:
+    """The run is about to reset its first lanes."""
+
     session_id: str
     env_id: str
     num_envs: int
@@ -105,6 +111,8 @@ class SessionFailed:
 
 @attrs.frozen
 class EpisodeStarted:
+    """A lane started an episode: after its reset, or when the env rolled it itself."""
+
     session_id: str
     env_id: str
     episode_id: str
@@ -119,6 +127,8 @@ class EpisodeStarted:
 
 @attrs.frozen
 class EpisodeCompleted:
+    """An episode ended and was counted (its record is the one the report will hold)."""
+
     session_id: str
     env_id: str
     record: EpisodeRecord
@@ -138,7 +148,8 @@ class ObservationEmitted:
     step: int
     """Episode step count of the first lane (0 right after a reset)."""
     is_reset: bool
-    observation: tuple[bytes, ...]
+    observation: Any
+    """The observation batch of the lanes in ``env_indices`` (numpy values, see above)."""
 
 
 @attrs.frozen
@@ -153,7 +164,8 @@ class ActionReceived:
     """The episode step this action produces (first lane)."""
     replayed: bool
     """True when the frame came from an earlier chunk instead of a fresh predict."""
-    action: tuple[bytes, ...]
+    action: Any
+    """The action batch of the lanes in ``env_indices`` (numpy values, see above)."""
 
 
 def _infos(meta: Any) -> dict[str, Any]:
@@ -189,6 +201,8 @@ class ResetCompleted:
 
 @attrs.frozen
 class StepCompleted:
+    """The env answered a step of the lanes in ``env_indices``."""
+
     session_id: str
     env_id: str
     env_indices: tuple[int, ...]
@@ -223,6 +237,8 @@ class StepCompleted:
 
 @attrs.frozen
 class Telemetry:
+    """A telemetry snapshot: of the last window while running, of the whole session at the end."""
+
     session_id: str
     env_id: str
     horizon: Literal["window", "session"]
@@ -247,17 +263,17 @@ class RuntimeHooks:
         """Per new episode: after its reset, or when an autoreset lane rolls."""
 
     async def reset_completed(self, event: ResetCompleted) -> None:
-        """After every env reset answer, with the observation as the env sent it."""
+        """After every env reset answer, before the reset observation is transformed."""
 
-    async def transform_observation(self, event: ObservationEmitted) -> Leaves | None:
-        """Return replacement leaves, or ``None`` to keep them. Raising fails the run."""
+    async def transform_observation(self, event: ObservationEmitted) -> Any:
+        """Return a replacement observation batch, or ``None`` to keep it. Raising fails the run."""
         return None
 
     async def observation_emitted(self, event: ObservationEmitted) -> None:
         """After ``transform_observation``, with the payload the model will see."""
 
-    async def transform_action(self, event: ActionReceived) -> Leaves | None:
-        """Return replacement leaves, or ``None`` to keep them. Raising fails the run."""
+    async def transform_action(self, event: ActionReceived) -> Any:
+        """Return a replacement action batch, or ``None`` to keep it. Raising fails the run."""
         return None
 
     async def action_received(self, event: ActionReceived) -> None:
@@ -338,16 +354,16 @@ class HookDispatcher:
                 self.errors += 1
                 logger.warning("runtime hook %s raised; the run goes on", name, exc_info=True)
 
-    async def transform(self, name: str, event: object) -> Leaves | None:
+    async def transform(self, name: str, event: object) -> Any:
         """Run transform ``name`` (if overridden); its exceptions propagate to the caller.
 
-        Several transforms chain: each gets the event with the payload the one before
-        returned; the last replacement (or ``None``) is the answer.
+        Several transforms chain: each gets the event carrying the batch the one before
+        returned; the last replacement (or ``None`` when none replaced it) is the answer.
         """
-        replaced: Leaves | None = None
+        replaced: Any = None
         for hooks in self._targets.get(name, ()):
-            result: Leaves | None = await getattr(hooks, name)(event)
+            result = await getattr(hooks, name)(event)
             if result is not None:
                 replaced = result
-                event = attrs.evolve(event, **{_PAYLOADS[name]: tuple(result)})  # type: ignore[misc]
+                event = attrs.evolve(event, **{_PAYLOADS[name]: result})  # type: ignore[misc]
         return replaced

@@ -63,7 +63,7 @@ _NO_OBSERVATION = spaces_v1.SpaceValue()
 class ActionPlan(Generic[H]):
     """Where one group's next action comes from: replay, prefetch or a fresh predict.
 
-    >>> from trio_rlmesh.runtime import EpisodeBook
+    >>> from trio_rlmesh.runtime._episodes import EpisodeBook
     >>> book = EpisodeBook(num_envs=1, session_id="s", owns_resets=True)
     >>> plan: ActionPlan[str] = ActionPlan(book, (0,))
     >>> _ = book.begin_reset([0]); book.reset_done([0], now=0.0)

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import attrs
 
-from ..protocol import INFO_IS_SUCCESS, INFO_SUCCESS
+from ..protocol._internal import INFO_IS_SUCCESS, INFO_SUCCESS
 from ._telemetry import TelemetryRow
 
 __all__ = ["EpisodeRecord", "RunStatus", "RuntimeReport", "success_from_final_info"]

@@ -16,15 +16,13 @@ import attrs
 
 from .._errors import SpecError
 from ..protocol import (
-    MAX_MESSAGE_SIZE,
-    META_RESET_OPTIONS,
-    RESET_OPTION_TRIAL_INDEX,
     SUPPORTED_WORKFLOW_EDITIONS,
     WORKFLOW_EDITION,
     core_v1,
     spaces_v1,
     value_to_python,
 )
+from ..protocol._internal import MAX_MESSAGE_SIZE, META_RESET_OPTIONS, RESET_OPTION_TRIAL_INDEX
 
 __all__ = ["DEFAULT_MAX_EPISODE_STEPS", "PeerCeiling", "RuntimeLimits", "RuntimeSessionSpec"]
 

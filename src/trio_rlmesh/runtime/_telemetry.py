@@ -179,8 +179,8 @@ class _Series:
 
     __slots__ = ("pending", "session", "window")
 
-    def __init__(self) -> None:
-        self.window = Reservoir()
+    def __init__(self, windowed: bool = True) -> None:
+        self.window: Reservoir | None = Reservoir() if windowed else None
         self.session = Reservoir()
         self.pending: list[float] = []
 
@@ -194,7 +194,8 @@ class _Series:
         """Push the pending samples into both reservoirs (keeps memory bounded)."""
         pending = self.pending
         if pending:
-            self.window.extend(pending)
+            if self.window is not None:
+                self.window.extend(pending)
             self.session.extend(pending)
             # Emptied in place: sinks hold this list's bound ``append``.
             pending.clear()
@@ -212,6 +213,7 @@ class TelemetryRecorder:
 
     def __init__(self) -> None:
         self._series: dict[tuple[str, str], _Series] = {}
+        self._windowed = True
 
     def _get(self, op: str, metric: str) -> _Series:
         series = self._series.get((op, metric))
@@ -220,7 +222,7 @@ class TelemetryRecorder:
                 raise ValueError(
                     f"unknown telemetry metric {metric!r}; known: {sorted(METRIC_UNITS)}"
                 )
-            series = self._series[(op, metric)] = _Series()
+            series = self._series[(op, metric)] = _Series(self._windowed)
         return series
 
     def record(self, op: str, metric: str, value: float) -> None:
@@ -235,6 +237,13 @@ class TelemetryRecorder:
         not appear in snapshots.
         """
         return self._get(op, metric).pending.append
+
+    def drop_window(self) -> None:
+        """Keep no window samples from now on (nobody will read or flush them): a sample
+        then costs one reservoir instead of two. Window snapshots are empty after this."""
+        self._windowed = False
+        for series in self._series.values():
+            series.window = None
 
     def fold(self) -> None:
         """Push every pending sample into its reservoirs (snapshots do this themselves)."""
@@ -252,6 +261,8 @@ class TelemetryRecorder:
         for (op, metric), series in sorted(self._series.items()):
             series.fold()
             reservoir = series.window if horizon == "window" else series.session
+            if reservoir is None:
+                continue
             stats = summarize(reservoir.samples)
             if stats is None:
                 continue
@@ -265,7 +276,8 @@ class TelemetryRecorder:
         for series in self._series.values():
             # Pending samples belong to this window (and to the session): push them first.
             series.fold()
-            series.window.clear()
+            if series.window is not None:
+                series.window.clear()
 
 
 class OpSinks:

@@ -273,6 +273,7 @@ class _Job:
         "elapsed_ns",
         "fn",
         "operation",
+        "outwaited",
         "result",
         "task",
         "token",
@@ -300,6 +301,8 @@ class _Job:
         self.result: outcome.Outcome[Any] | None = None
         self.elapsed_ns = 0
         """Time the user code took, measured on the worker thread."""
+        self.outwaited = False
+        """Whether the caller's synchronous wait ran out before the call finished."""
         self.abandoned_at: float | None = None
         """``time.monotonic()`` when the caller gave up; ``None`` while it waits."""
 
@@ -439,6 +442,7 @@ class ThreadWorker(Worker):
             if job.done.acquire(True, self.sync_wait):
                 return True
             if job.claim.acquire(False):
+                job.outwaited = True
                 self._fast = False
                 return False
             # The thread finished just now and is releasing ``done``.
@@ -541,7 +545,9 @@ class ThreadWorker(Worker):
         else:
             self._report_late(job)
         if self.sync_wait > 0:
-            self._fast = job.elapsed_ns < self.sync_wait * 1e9
+            # A call the caller's wait gave up on is slow, however little of the window the
+            # thread itself measured (it may have started late on a loaded machine).
+            self._fast = not job.outwaited and job.elapsed_ns < self.sync_wait * 1e9
         if self._current is job:
             self._current = None
             self._next()

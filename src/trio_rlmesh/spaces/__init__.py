@@ -26,14 +26,7 @@ from ._codec import encode_lanes as encode_lanes
 from ._codec import encode_value as encode_value
 from ._codec import stack_lanes as stack_lanes
 from ._codec import unstack as unstack
-from ._conformance import Deviation as Deviation
-from ._conformance import DeviationKind as DeviationKind
-from ._conformance import check_batch as check_batch
 from ._dtypes import DType as DType
-from ._dtypes import dtype_range as dtype_range
-from ._dtypes import fits_dtype as fits_dtype
-from ._errors import CodecError as CodecError
-from ._errors import SpaceError as SpaceError
 from ._gym import from_gymnasium as from_gymnasium
 from ._gym import to_gymnasium as to_gymnasium
 from ._spaces import BoundsKind as BoundsKind
@@ -45,38 +38,27 @@ from ._spaces import MultiDiscrete as MultiDiscrete
 from ._spaces import Space as Space
 from ._spaces import Text as Text
 from ._spaces import Tuple as Tuple
-from ._spaces import iter_leaves as iter_leaves
-from ._spaces import leaf_paths as leaf_paths
 from ._spaces import validate as validate
 
 __all__ = [
     "BoundsKind",
     "Box",
-    "CodecError",
     "DType",
-    "Deviation",
-    "DeviationKind",
     "Dict",
     "Discrete",
     "LeafBuffer",
     "MultiBinary",
     "MultiDiscrete",
     "Space",
-    "SpaceError",
     "Text",
     "Tuple",
-    "check_batch",
     "decode_batch",
     "decode_lanes",
     "decode_value",
-    "dtype_range",
     "encode_batch",
     "encode_lanes",
     "encode_value",
-    "fits_dtype",
     "from_gymnasium",
-    "iter_leaves",
-    "leaf_paths",
     "stack_lanes",
     "to_gymnasium",
     "unstack",

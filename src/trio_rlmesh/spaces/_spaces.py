@@ -135,6 +135,10 @@ class Box(Space):
     dtype: DType = attrs.field(converter=DType)
     """Element type."""
     _bounds_kind: BoundsKind = attrs.field(init=False, eq=False, repr=False)
+    # One lane's bounds as Python lists, filled on first use by the conformance check.
+    _conformance_bounds: Any = attrs.field(
+        default=None, init=False, eq=False, hash=False, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         target = self.dtype.numpy_dtype

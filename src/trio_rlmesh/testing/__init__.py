@@ -17,9 +17,6 @@ from ._checks import check_runtime_model as check_runtime_model
 from ._fakes import FakeEnv as FakeEnv
 from ._fakes import FakeModel as FakeModel
 from ._fakes import Fault as Fault
-from ._fakes import decode_observation as decode_observation
-from ._leaves import leaf_count as leaf_count
-from ._leaves import zero_leaves as zero_leaves
 
 __all__ = [
     "ConformanceError",
@@ -28,7 +25,4 @@ __all__ = [
     "Fault",
     "check_runtime_env",
     "check_runtime_model",
-    "decode_observation",
-    "leaf_count",
-    "zero_leaves",
 ]

@@ -13,15 +13,10 @@ from typing import TypeVar
 import trio
 
 from .._errors import Error
-from ..protocol import DEFAULT_ENV_TIMEOUT_MS, core_v1, env_v1, model_v1, spaces_v1
-from ..runtime._ids import mint_uuid7
-from ..runtime._interfaces import (
-    EnvResetResult,
-    EnvStepResult,
-    ModelPrediction,
-    RuntimeEnv,
-    RuntimeModel,
-)
+from ..protocol import core_v1, env_v1, model_v1, spaces_v1
+from ..protocol._internal import DEFAULT_ENV_TIMEOUT_MS
+from ..runtime import EnvResetResult, EnvStepResult, ModelPrediction, RuntimeEnv, RuntimeModel
+from ..runtime._internal import mint_uuid7
 from ._leaves import fixed_stride, leaf_count, zero_leaves
 
 __all__ = ["ConformanceError", "check_runtime_env", "check_runtime_model"]
@@ -29,8 +24,11 @@ __all__ = ["ConformanceError", "check_runtime_env", "check_runtime_model"]
 _T = TypeVar("_T")
 
 
-class ConformanceError(AssertionError):
-    """An implementation does something the driver cannot work with."""
+class ConformanceError(Error, AssertionError):
+    """An implementation does something the driver cannot work with.
+
+    Also an :class:`AssertionError`, so a test runner reports it as a failed check.
+    """
 
 
 def _require(condition: bool, message: str) -> None:

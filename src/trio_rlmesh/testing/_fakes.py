@@ -15,18 +15,15 @@ import numpy as np
 import trio
 
 from .._errors import EnvError, Error, ModelError
-from ..protocol import (
-    CAP_SUBSET_STEP,
-    CAPABILITY_TRUE,
-    META_RESET_OPTIONS,
-    core_v1,
-    env_v1,
-    model_v1,
-    python_to_meta,
-    spaces_v1,
+from ..protocol import core_v1, env_v1, model_v1, python_to_meta, spaces_v1
+from ..protocol._internal import CAP_SUBSET_STEP, CAPABILITY_TRUE, META_RESET_OPTIONS
+from ..runtime import (
+    EndpointTimings,
+    EnvResetResult,
+    EnvStepResult,
+    ModelPrediction,
+    RuntimeSessionSpec,
 )
-from ..runtime._interfaces import EndpointTimings, EnvResetResult, EnvStepResult, ModelPrediction
-from ..runtime._spec import RuntimeSessionSpec
 
 __all__ = ["FakeEnv", "FakeModel", "Fault", "decode_observation"]
 

@@ -18,14 +18,8 @@ import numpy as np
 import pytest
 import trio
 
-from trio_rlmesh.protocol import (
-    META_CONFORMANCE_WARNING,
-    core_v1,
-    env_v1,
-    make_env_contract,
-    meta_to_python,
-    spaces_v1,
-)
+from trio_rlmesh.protocol import core_v1, env_v1, make_env_contract, meta_to_python, spaces_v1
+from trio_rlmesh.protocol._constants import META_CONFORMANCE_WARNING
 from trio_rlmesh.protocol._fastwire import encode_env_timing_tail
 from trio_rlmesh.spaces import from_gymnasium
 from trio_rlmesh.transports._envhost import WireError

@@ -19,13 +19,8 @@ from tests.model.helpers import OBS
 from trio_rlmesh import TransportError
 from trio_rlmesh.model import Model
 from trio_rlmesh.model._wire import route_request
-from trio_rlmesh.protocol import (
-    CAP_CONCURRENT_PREDICT,
-    CAP_OBSERVATION_HISTORY,
-    WORKFLOW_EDITION,
-    core_v1,
-    model_v1,
-)
+from trio_rlmesh.protocol import WORKFLOW_EDITION, core_v1, model_v1
+from trio_rlmesh.protocol._constants import CAP_CONCURRENT_PREDICT, CAP_OBSERVATION_HISTORY
 from trio_rlmesh.protocol._spacespec import space_to_spec
 from trio_rlmesh.spaces import Box, decode_batch
 from trio_rlmesh.transports.grpc import (

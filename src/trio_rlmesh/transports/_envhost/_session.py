@@ -21,9 +21,8 @@ an env behaves the same both ways.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple, cast
 
-import attrs
 import numpy as np
 import trio
 
@@ -45,8 +44,7 @@ __all__ = ["Call", "EnvHost", "EnvSession", "Plan", "run_plan"]
 _NO_WARNINGS: Final[list[Any]] = []
 
 
-@attrs.frozen
-class Call:
+class Call(NamedTuple):
     """One call into user code: run ``fn(*args)`` for ``lane`` (0 for a vector env)."""
 
     lane: int
@@ -55,14 +53,23 @@ class Call:
     args: tuple[Any, ...]
 
 
-@attrs.define(eq=False)
 class Plan:
     """A request half served: what to call, and what ``finish_*`` needs afterwards."""
 
-    lanes: list[int]
-    calls: list[Call]
-    request: Any
-    warnings: list[Any] = attrs.field(factory=list)
+    __slots__ = ("calls", "lanes", "request", "warnings")
+
+    def __init__(
+        self,
+        lanes: Sequence[int],
+        calls: list[Call],
+        request: Any,
+        warnings: list[Any] = _NO_WARNINGS,
+    ) -> None:
+        self.lanes = lanes
+        self.calls = calls
+        self.request = request
+        self.warnings = warnings
+        """Conformance warnings from the request's half (never mutated: replaced)."""
 
 
 async def run_plan(plan: Plan, run: Callable[[Call], Awaitable[Any]]) -> list[Any]:
@@ -166,20 +173,28 @@ class EnvSession:
         self.tracker = EpisodeTracker(
             shape.num_lanes, shape.autoreset is core_v1.AutoresetMode.NEXT_STEP
         )
+        self._vector = isinstance(shape, VectorEnv)
+        self._all_lanes = tuple(range(shape.num_lanes))
 
     # ---------------------------------------------------------------- lanes
 
-    def _lanes(self, indices: Sequence[int]) -> list[int]:
+    def _lanes(self, indices: Sequence[int]) -> Sequence[int]:
         num = self.shape.num_lanes
         if not indices:
-            return list(range(num))
+            return self._all_lanes
+        if len(indices) == 1:
+            if indices[0] >= num:
+                raise WireError(
+                    Code.INVALID_ACTION, f"env_indices {list(indices)} out of range for {num} envs"
+                )
+            return (indices[0],)
         if any(index >= num for index in indices):
             raise WireError(
                 Code.INVALID_ACTION, f"env_indices {list(indices)} out of range for {num} envs"
             )
         if len(set(indices)) != len(indices):
             raise WireError(Code.INVALID_ACTION, f"env_indices {list(indices)} has duplicates")
-        return list(indices)
+        return tuple(indices)
 
     # ---------------------------------------------------------------- reset
 
@@ -246,16 +261,18 @@ class EnvSession:
         gate = self.gate
         actions, warnings = gate.decode_actions(request.action, len(lanes))
         if shape.lanes_individually:
-            never = [lane for lane in lanes if lane not in self.host.ever_reset]
+            ever = self.host.ever_reset
+            never = [lane for lane in lanes if lane not in ever]
             if never:
                 raise WireError(Code.NOT_READY, f"lane(s) {never} stepped before the first reset")
-        if isinstance(shape, VectorEnv):
-            calls = [Call(0, "env.step", shape.step_call, (gate.writable(actions),))]
+        if self._vector:
+            vector_step = cast(VectorEnv, shape).step_call
+            calls = [Call(0, "env.step", vector_step, (gate.writable(actions),))]
         else:
-            assert isinstance(shape, LaneEnvs)
             per_lane = gate.split_actions(actions, len(lanes))
+            step = cast(LaneEnvs, shape).step_call
             calls = [
-                Call(lane, "env.step", shape.step_call, (lane, action))
+                Call(lane, "env.step", step, (lane, action))
                 for lane, action in zip(lanes, per_lane, strict=True)
             ]
         return Plan(lanes, calls, request, warnings)
@@ -265,7 +282,7 @@ class EnvSession:
         lanes, request = plan.lanes, plan.request
         count = len(lanes)
         gate = self.gate
-        if isinstance(self.shape, VectorEnv):
+        if self._vector:
             result = results[0]
             rewards = [float(r) for r in _lane_values(result.reward, count, "rewards")]
             term = [bool(t) for t in _lane_values(result.terminated, count, "terminated")]
@@ -276,13 +293,20 @@ class EnvSession:
                 for i, lane in enumerate(lanes)
             ]
             batch = result.observation
+        elif count == 1:
+            # One lane (every single-env step): the general branch below, without its lists.
+            result = results[0]
+            rewards, term, trunc = [result.reward], [result.terminated], [result.truncated]
+            info = result.info
+            finals = [info if result.terminated or result.truncated else None]
+            batch = gate.one_lane(result.observation)
         else:
             rewards = [r.reward for r in results]
             term = [r.terminated for r in results]
             trunc = [r.truncated for r in results]
             finals = [r.info if (r.terminated or r.truncated) else None for r in results]
-            batch = self._stack([r.observation for r in results])
-            info = results[0].info if count == 1 else merge_lane_infos([r.info for r in results])
+            batch = gate.stack_observations([r.observation for r in results])
+            info = merge_lane_infos([r.info for r in results])
         leaves, warnings = gate.encode_observations(batch, count)
         all_warnings = plan.warnings + warnings if plan.warnings else warnings
         infos = infos_to_meta(info, all_warnings)

@@ -18,7 +18,8 @@ from typing import Any
 import attrs
 
 from ..._errors import SpecError
-from ...protocol import META_AUTORESET_MODE, core_v1, make_env_contract
+from ...protocol import core_v1, make_env_contract
+from ...protocol._internal import META_AUTORESET_MODE
 from ...spaces import Space, from_gymnasium
 from .._gym_compat import normalize_reset, normalize_step
 from ._errors import Code, WireError, user_failure

@@ -16,7 +16,8 @@ from typing import Any, Final
 import attrs
 import numpy as np
 
-from ...protocol import INFO_FINAL_INFO, INFO_FINAL_INFO_MASK, env_v1, spaces_v1
+from ...protocol import env_v1, spaces_v1
+from ...protocol._internal import INFO_FINAL_INFO, INFO_FINAL_INFO_MASK
 from ._errors import Code, WireError
 
 __all__ = [

@@ -16,22 +16,11 @@ from typing import Any, Literal
 import attrs
 import numpy as np
 
-from ...protocol import (
-    META_CONFORMANCE_WARNING,
-    MetaConversionError,
-    env_v1,
-    python_to_meta,
-    spaces_v1,
-)
-from ...spaces import (
-    CodecError,
-    Space,
-    check_batch,
-    decode_batch,
-    encode_batch,
-    stack_lanes,
-    unstack,
-)
+from ..._errors import CodecError, MetaConversionError
+from ...protocol import env_v1, python_to_meta, spaces_v1
+from ...protocol._internal import META_CONFORMANCE_WARNING
+from ...spaces import Space, decode_batch, encode_batch, stack_lanes, unstack
+from ...spaces._internal import check_batch
 from ._errors import Code, WireError
 
 __all__ = [
@@ -44,6 +33,9 @@ __all__ = [
 ]
 
 ValidationPolicy = Literal["warn", "strict", "off"]
+
+_NONE: list[Any] = []
+"""No warnings (shared: callers never mutate a warnings list)."""
 
 
 @attrs.define(eq=False)
@@ -112,10 +104,11 @@ class ValueGate:
         return _writable(batch)
 
     def _check(self, kind: str, batch: Any, n: int, code: env_v1.EnvErrorCode) -> list[Any]:
+        deviations = check_batch(self._space(kind), batch, n)
+        if not deviations:
+            return _NONE
         if self.policy == "off":
-            deviations = [d for d in check_batch(self._space(kind), batch, n) if d.kind != "range"]
-        else:
-            deviations = check_batch(self._space(kind), batch, n)
+            deviations = [d for d in deviations if d.kind != "range"]
         structural = [d for d in deviations if d.kind == "structural"]
         if structural:
             first = structural[0]

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 from ...protocol import env_v1, model_v1
-from ...protocol._checked import decode_checked
-from ...protocol._fastwire import (
+from ...protocol._internal import (
+    decode_checked,
     decode_env_join_request,
     decode_env_join_response,
     decode_model_join_request,

@@ -27,17 +27,14 @@ import betterproto2
 import trio
 
 from ..._errors import EnvError, Error, OperationTimeout, ProtocolError, SpecError, TransportError
-from ...protocol import (
+from ...protocol import PROTOCOL_GENERATION, SUPPORTED_WORKFLOW_EDITIONS, core_v1, env_v1
+from ...protocol._internal import (
     CAP_SUBSET_STEP,
     COMPONENT_ENV,
-    PROTOCOL_GENERATION,
-    SUPPORTED_WORKFLOW_EDITIONS,
-    core_v1,
-    env_v1,
     has_capability,
     highest_shared_edition,
 )
-from ...runtime._interfaces import EndpointTimings, EnvResetResult, EnvStepResult
+from ...runtime import EndpointTimings, EnvResetResult, EnvStepResult
 from ._backend import BackendName, Channel, get_backend
 from ._codec import decode, encode
 from ._errors import map_transport_error

@@ -34,15 +34,15 @@ import attrs
 import betterproto2
 import trio
 
-from ...protocol import (
+from ...protocol import core_v1, env_v1
+from ...protocol._internal import (
     CAP_SUBSET_STEP,
     CAPABILITY_TRUE,
     COMPONENT_ENV,
-    core_v1,
-    env_v1,
+    encode_env_join_response,
+    encode_env_timing_tail,
 )
-from ...protocol._fastwire import encode_env_join_response, encode_env_timing_tail
-from ...runtime._worker import UserCode, WorkerUnavailable, check_user_code, new_worker
+from ...runtime._internal import UserCode, WorkerUnavailable, check_user_code, new_worker
 from .._envhost import (
     Call,
     Code,

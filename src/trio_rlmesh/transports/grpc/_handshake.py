@@ -12,15 +12,12 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from ..._version import __version__
-from ...protocol import (
+from ...protocol import PROTOCOL_GENERATION, SUPPORTED_WORKFLOW_EDITIONS, WORKFLOW_EDITION, core_v1
+from ...protocol._internal import (
     EXTRA_BUILD_COHORT,
     EXTRA_BUILD_SOURCE,
     EXTRA_WORKFLOW_BASE,
     EXTRA_WORKFLOW_EDITION,
-    PROTOCOL_GENERATION,
-    SUPPORTED_WORKFLOW_EDITIONS,
-    WORKFLOW_EDITION,
-    core_v1,
 )
 
 __all__ = [

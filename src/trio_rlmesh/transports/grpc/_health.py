@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import trio
 
-from ...protocol._wire import WIRE_LEN, WIRE_VARINT, encode_varint, read_varint, skip_field
+from ...protocol._internal import WIRE_LEN, WIRE_VARINT, encode_varint, read_varint, skip_field
 from ._backend import Handler, ServerCall
 from ._handshake import HEALTH_CHECK, HEALTH_WATCH
 from ._status import GrpcError, Status

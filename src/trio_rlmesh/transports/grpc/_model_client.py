@@ -18,15 +18,10 @@ import betterproto2
 import trio
 
 from ..._errors import Error, ModelError, ProtocolError, SpecError
-from ...model._wire import wire_error_to_model
-from ...protocol import (
-    COMPONENT_MODEL,
-    SUPPORTED_WORKFLOW_EDITIONS,
-    core_v1,
-    highest_shared_edition,
-    model_v1,
-)
-from ...runtime._interfaces import EndpointTimings, ModelPrediction
+from ...model._internal import wire_error_to_model
+from ...protocol import SUPPORTED_WORKFLOW_EDITIONS, core_v1, model_v1
+from ...protocol._internal import COMPONENT_MODEL, highest_shared_edition
+from ...runtime import EndpointTimings, ModelPrediction
 from ._backend import BackendName, Channel, get_backend
 from ._codec import decode, encode
 from ._errors import map_transport_error

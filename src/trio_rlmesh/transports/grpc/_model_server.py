@@ -28,27 +28,21 @@ import betterproto2
 import trio
 
 from ..._errors import Error, ModelError
-from ...model import as_handler
-from ...model._handler import (
-    ModelHandler,
-    ModelObservation,
-    PredictFrames,
-    RouteContract,
-)
-from ...model._wire import (
+from ...model import ModelHandler, ModelObservation, PredictFrames, RouteContract, as_handler
+from ...model._internal import (
     encode_frames,
     model_error_to_wire,
     observation_from_request,
     resolve_route,
 )
-from ...protocol import (
+from ...protocol import model_v1
+from ...protocol._internal import (
     CAP_CONCURRENT_PREDICT,
     CAP_OBSERVATION_HISTORY,
     CAPABILITY_TRUE,
     COMPONENT_MODEL,
-    model_v1,
 )
-from ...runtime._worker import UserCode
+from ...runtime._internal import UserCode
 from ._backend import BackendName, ServerCall, check_backend
 from ._codec import encode
 from ._handshake import MODEL_HANDSHAKE, MODEL_JOIN, MODEL_SHUTDOWN, handshake_response

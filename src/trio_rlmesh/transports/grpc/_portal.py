@@ -36,6 +36,8 @@ import attrs
 import outcome
 import trio
 
+from ..._errors import TransportError
+
 __all__ = ["Portal", "PortalClosedError", "open_portal"]
 
 T = TypeVar("T")
@@ -47,8 +49,11 @@ _SHUTDOWN_GRACE: Final = 5.0
 """How long closing the last portal waits for the helper thread to finish."""
 
 
-class PortalClosedError(trio.ClosedResourceError):
-    """The portal's asyncio loop was stopped while (or before) a call ran on it."""
+class PortalClosedError(TransportError, trio.ClosedResourceError):
+    """The portal's asyncio loop was stopped while (or before) a call ran on it.
+
+    Also a :class:`trio.ClosedResourceError`.
+    """
 
 
 class _Cancelled:

@@ -6,7 +6,7 @@ from typing import Any, Final
 
 import attrs
 
-from ...protocol import MAX_MESSAGE_SIZE
+from ...protocol._internal import MAX_MESSAGE_SIZE
 
 __all__ = ["DEFAULT_SETTINGS", "GrpcSettings"]
 

@@ -24,10 +24,9 @@ from typing import Any, TypeVar
 import trio
 
 from ..._errors import EnvError
-from ...protocol import core_v1, env_v1
-from ...protocol._spacespec import EnvContractInfo, read_env_contract
-from ...runtime._interfaces import EndpointTimings, EnvResetResult, EnvStepResult
-from ...runtime._worker import UserCode, WorkerUnavailable, check_user_code, new_worker
+from ...protocol import EnvContractInfo, core_v1, env_v1, read_env_contract
+from ...runtime import EndpointTimings, EnvResetResult, EnvStepResult
+from ...runtime._internal import UserCode, WorkerUnavailable, check_user_code, new_worker
 from .._envhost import Call, Code, EnvHost, Plan, ValidationPolicy, WireError, run_plan
 
 __all__ = ["GymEnvRuntimeEnv"]
@@ -83,6 +82,14 @@ class GymEnvRuntimeEnv:
             for k in range(self.host.workers)
         ]
         self._user_code: UserCode = user_code
+        # The async methods a synchronous form may stand in for: in inline mode, those the
+        # class did not replace (an instance patch is checked per call).
+        self._inline = frozenset(
+            name
+            for name in ("reset", "step")
+            if user_code == "inline"
+            and getattr(type(self), name) is getattr(GymEnvRuntimeEnv, name)
+        )
 
     @property
     def user_code(self) -> UserCode:
@@ -99,10 +106,7 @@ class GymEnvRuntimeEnv:
         while open, and not when a subclass (or a patch on this instance) replaced the async
         method (the driver must then go through the replacement)."""
         return (
-            self._user_code == "inline"
-            and not self._workers[0].closed
-            and method not in self.__dict__
-            and getattr(type(self), method) is getattr(GymEnvRuntimeEnv, method)
+            method in self._inline and not self._workers[0].closed and method not in self.__dict__
         )
 
     async def _run(self, call: Call) -> Any:

@@ -20,20 +20,19 @@ from typing import NamedTuple
 import trio
 
 from ..._errors import Error, ModelError
-from ...model import as_handler
-from ...model._engine import ModelEngine
-from ...model._handler import (
+from ...model import (
     HeldState,
+    ModelEngine,
     ModelHandler,
     ModelObservation,
     PredictFrames,
     RouteContract,
+    as_handler,
 )
-from ...model._wire import encode_frames, observation_from_request, resolve_route
-from ...protocol import core_v1, model_v1
-from ...protocol._spacespec import EnvContractInfo, read_env_contract
-from ...runtime._interfaces import EndpointTimings, ModelPrediction
-from ...runtime._worker import UserCode
+from ...model._internal import encode_frames, observation_from_request, resolve_route
+from ...protocol import EnvContractInfo, core_v1, model_v1, read_env_contract
+from ...runtime import EndpointTimings, ModelPrediction
+from ...runtime._internal import UserCode
 
 __all__ = ["ModelHandlerRuntimeModel"]
 
@@ -90,6 +89,8 @@ class ModelHandlerRuntimeModel:
         # The driver may evict episodes while a grouped predict is being prepared; the
         # handler sees one call at a time, as a served handler does.
         self._lock = trio.Lock()
+        # predict_inline may stand in for predict only when the class did not replace it.
+        self._inline_class = type(self).predict is ModelHandlerRuntimeModel.predict
 
     @property
     def wants_history(self) -> bool:
@@ -164,9 +165,9 @@ class ModelHandlerRuntimeModel:
         if (
             type(engine) is not ModelEngine
             or not engine.runs_inline
+            or not self._inline_class
             or self._lock.locked()
             or "predict" in self.__dict__
-            or type(self).predict is not ModelHandlerRuntimeModel.predict
         ):
             return None
         started = time.perf_counter_ns()

@@ -1,0 +1,26 @@
+"""What the model side offers the other layers of trio-rlmesh; none of it is public API.
+
+Users import from :mod:`trio_rlmesh.model`. The transports and the facade import the
+conversions between ``model_v1`` messages and handler values from here, and from no other
+private module of the model package (``tests/test_layering.py`` checks that).
+"""
+
+from __future__ import annotations
+
+from ._wire import (
+    encode_frames,
+    model_error_to_wire,
+    observation_from_request,
+    resolve_route,
+    route_request,
+    wire_error_to_model,
+)
+
+__all__ = [
+    "encode_frames",
+    "model_error_to_wire",
+    "observation_from_request",
+    "resolve_route",
+    "route_request",
+    "wire_error_to_model",
+]

@@ -1,0 +1,21 @@
+"""What the runtime offers the other layers of trio-rlmesh; none of it is public API.
+
+Users import from :mod:`trio_rlmesh.runtime`. The model side, the transports, the facade,
+the CLI and the testing helpers import the runtime's internals from here and from no other
+private module of it (``tests/test_layering.py`` checks that).
+"""
+
+from __future__ import annotations
+
+from ._ids import mint_uuid7
+from ._telemetry import format_telemetry
+from ._worker import UserCode, WorkerUnavailable, check_user_code, new_worker
+
+__all__ = [
+    "UserCode",
+    "WorkerUnavailable",
+    "check_user_code",
+    "format_telemetry",
+    "mint_uuid7",
+    "new_worker",
+]

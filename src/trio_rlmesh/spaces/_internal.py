@@ -1,0 +1,14 @@
+"""What the spaces layer offers the other layers of trio-rlmesh; none of it is public API.
+
+Users import from :mod:`trio_rlmesh.spaces` (and its errors from :mod:`trio_rlmesh`). Other
+layers import the spaces layer's internals from here and from no other private module of
+it (``tests/test_layering.py`` checks that).
+"""
+
+from __future__ import annotations
+
+from ._conformance import check_batch
+from ._errors import ROOT, child_path, index_path
+from ._spaces import iter_leaves
+
+__all__ = ["ROOT", "check_batch", "child_path", "index_path", "iter_leaves"]
