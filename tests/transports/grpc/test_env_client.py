@@ -417,6 +417,28 @@ async def test_local_timer_when_the_server_sits_on_a_request(
     assert info.value.code is None
 
 
+async def test_a_sooner_deadline_is_enforced_while_a_later_one_is_pending(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    """The local timer of every request in flight fires on time, not only the first's."""
+    service = FakeEnvService(concurrent=True, hold=lambda r: r.step is not None)
+    with trio.fail_after(30):
+        async with (
+            serve_fake_env(service, address("env")) as fake,
+            open_env_client(fake.address, backend=backend) as env,
+        ):
+            await env.reset()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: env.step(action(1), timeout=10))
+                await trio.sleep(0.01)
+                start = trio.current_time()
+                with pytest.raises(OperationTimeout, match=r"no reply within 0\.1 s") as info:
+                    await env.step(action(2), timeout=0.1)
+                assert elapsed_is(clock, start, 1.1)
+                nursery.cancel_scope.cancel()
+    assert info.value.timeout == 0.1
+
+
 async def test_stale_replies_are_skipped_after_cancellations(
     backend: BackendName, clock: object, address: Where
 ) -> None:

@@ -21,12 +21,13 @@ import copy
 import itertools
 import math
 from collections.abc import AsyncIterator, Iterable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import betterproto2
 import trio
 
 from ..._errors import EnvError, Error, OperationTimeout, ProtocolError, SpecError, TransportError
+from ..._nursery import background_nursery
 from ...protocol import PROTOCOL_GENERATION, SUPPORTED_WORKFLOW_EDITIONS, core_v1, env_v1
 from ...protocol._internal import (
     CAP_SUBSET_STEP,
@@ -65,6 +66,8 @@ TIMEOUT answer (which names the operation) normally arrives first."""
 DEFAULT_CLOSE_TIMEOUT: Final = 5.0
 
 _CLOSE_REASON: Final = "client close"
+
+_Timed = TypeVar("_Timed", env_v1.ResetRequest, env_v1.StepRequest)
 
 EnvClientStatistics = JoinStatistics
 """A snapshot of one client's Join traffic (requests sent, replies, stale, in flight)."""
@@ -165,8 +168,11 @@ class EnvClient:
         server_info: core_v1.PeerInfo,
         metadata: dict[str, str] | None,
         request_timeout: float | None = None,
+        nursery: trio.Nursery | None = None,
     ) -> None:
         self._channel = channel
+        self._nursery = nursery
+        """Where the Join stream's deadline watchdog runs (requests with a timeout need it)."""
         self._metadata = metadata
         self.address = address
         self.contract = contract
@@ -225,7 +231,7 @@ class EnvClient:
         self._ids = itertools.count(1)
         call = await self._channel.open_call(ENV_JOIN, self._metadata)
         mux: JoinMux[env_v1.JoinResponse] = JoinMux(
-            call, lambda data: decode(env_v1.JoinResponse, data), _request_id
+            call, lambda data: decode(env_v1.JoinResponse, data), _request_id, self._nursery
         )
         mux.start()
         # ConfigureEnv goes first, as the 0.1.0 runtime sends it. Its reply also proves
@@ -254,12 +260,17 @@ class EnvClient:
         )
 
     async def _roundtrip(
-        self, mux: JoinMux[env_v1.JoinResponse], request: env_v1.JoinRequest, *, end: bool = False
+        self,
+        mux: JoinMux[env_v1.JoinResponse],
+        request: env_v1.JoinRequest,
+        *,
+        end: bool = False,
+        deadline: float = math.inf,
     ) -> tuple[env_v1.JoinResponse, int, int]:
         request_id = f"grpc-req-{next(self._ids)}"
         request.request_id = request_id
         data = encode(request)
-        reply, size = await mux.request(request_id, data, end=end)
+        reply, size = await mux.request(request_id, data, end=end, deadline=deadline)
         return reply, len(data), size
 
     # ------------------------------------------------------------------ requests
@@ -275,6 +286,15 @@ class EnvClient:
         else:
             wire_ms, seconds = 0, None
         return wire_ms, seconds
+
+    def _with_deadline(self, request: _Timed, timeout: float | None) -> tuple[_Timed, float | None]:
+        """``request`` carrying the ``timeout_ms`` to send (a copy if that changes it: the
+        caller's object is never modified), and the local timer."""
+        wire_ms, local = self._deadline(request.timeout_ms, timeout)
+        if wire_ms != request.timeout_ms:
+            request = copy.copy(request)
+            request.timeout_ms = wire_ms
+        return request, local
 
     async def _call(
         self,
@@ -296,14 +316,19 @@ class EnvClient:
             raise TransportError(
                 f"{operation} on {self.address}: the env client is closed", **context
             )
+        deadline = math.inf
+        if timeout is not None:
+            deadline = trio.current_time() + timeout + LOCAL_TIMEOUT_GRACE
         try:
-            if timeout is None:
-                mux = await self._join()
-                response, sent, received = await self._roundtrip(mux, request)
-            else:
-                with trio.fail_after(timeout + LOCAL_TIMEOUT_GRACE):
+            mux = self._mux
+            if mux is None:
+                with trio.CancelScope(deadline=deadline) as scope:
                     mux = await self._join()
-                    response, sent, received = await self._roundtrip(mux, request)
+                if scope.cancelled_caught:
+                    raise trio.TooSlowError
+                assert mux is not None
+            # The multiplexer's watchdog enforces the deadline: no cancel scope per request.
+            response, sent, received = await self._roundtrip(mux, request, deadline=deadline)
         except trio.TooSlowError:
             raise OperationTimeout(
                 f"{operation} on {self.address} got no reply within {timeout:g} s "
@@ -380,8 +405,9 @@ class EnvClient:
                 said so).
             TransportError: the connection failed or the server refused the call.
         """
-        request = copy.copy(request) if request is not None else env_v1.ResetRequest()
-        request.timeout_ms, local = self._deadline(request.timeout_ms, timeout)
+        request, local = self._with_deadline(
+            env_v1.ResetRequest() if request is None else request, timeout
+        )
         lane = request.env_indices[0] if len(request.env_indices) == 1 else None
         response, sent, received = await self._call(
             env_v1.JoinRequest(reset=request),
@@ -411,8 +437,7 @@ class EnvClient:
         ``step`` (for error messages) defaults to the step being attempted (the steps this
         client has completed, plus one). Raises like :meth:`reset`.
         """
-        request = copy.copy(request)
-        request.timeout_ms, local = self._deadline(request.timeout_ms, timeout)
+        request, local = self._with_deadline(request, timeout)
         lane = request.env_indices[0] if len(request.env_indices) == 1 else None
         response, sent, received = await self._call(
             env_v1.JoinRequest(step=request),
@@ -555,7 +580,10 @@ async def open_env_client(
     """
     editions = tuple(editions)
     metadata = auth_metadata(token)
-    async with get_backend(backend).open_channel(address, settings) as channel:
+    async with (
+        get_backend(backend).open_channel(address, settings) as channel,
+        background_nursery() as nursery,
+    ):
         display = channel.label
         context: dict[str, Any] = {"operation": "env.handshake", "address": display}
         request = env_v1.HandshakeRequest(base=handshake_request(COMPONENT_ENV, editions=editions))
@@ -582,6 +610,7 @@ async def open_env_client(
             server_info=base.peer_info or core_v1.PeerInfo(),
             metadata=metadata,
             request_timeout=request_timeout,
+            nursery=nursery,
         )
         try:
             yield client

@@ -189,25 +189,25 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
 
     async def handle(self, request: env_v1.JoinRequest, received_ns: int, decode_ns: int) -> None:
         context = _Request(request.request_id, received_ns, decode_ns)
-        kind, _ = betterproto2.which_one_of(request, "kind")
+        kind, arm = betterproto2.which_one_of(request, "kind")
         if kind == "close":
             await self.wait_tasks()
             await self._answer(context, env_v1.JoinResponse(close=self.env.close()))
             self.end_session()
         elif self.concurrent and kind in ("reset", "step", "render"):
-            self.spawn(self._serve, request, context)
+            self.spawn(self._serve, kind, arm, context)
         else:
-            await self.inline(self._serve, request, context)
+            await self.inline(self._serve, kind, arm, context)
 
-    async def _serve(self, request: env_v1.JoinRequest, context: _Request) -> None:
-        response = await self._respond(request, context)
+    async def _serve(self, kind: str, arm: Any, context: _Request) -> None:
+        response = await self._respond(kind, arm, context)
         await self._answer(context, response)
         if response.error is not None and not response.error.is_recoverable:
             # As RLMesh does: the session cannot go on after a non-recoverable error.
             self.end_session()
 
-    async def _respond(self, request: env_v1.JoinRequest, context: _Request) -> env_v1.JoinResponse:
-        kind, arm = betterproto2.which_one_of(request, "kind")
+    async def _respond(self, kind: str, arm: Any, context: _Request) -> env_v1.JoinResponse:
+        """The answer to the request whose ``kind`` oneof arm is ``arm``."""
         try:
             if arm is None:
                 raise WireError(Code.UNSUPPORTED, "join request kind is unset or not supported")

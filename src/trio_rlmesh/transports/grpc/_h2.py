@@ -23,7 +23,9 @@ Theory of operation.
   arrives (:class:`~._framing.MessageDecoder` refuses an oversized message at its header,
   before buffering its body). Flow-control credit goes back to the peer as data arrives,
   unless the stream's unread messages exceed its window; then it waits until the
-  application reads, so memory per stream stays bounded.
+  application reads, so memory per stream stays bounded. Credit is handed to h2 in
+  batches (once a quarter of the smaller window is owed, and at once when held data is
+  released), which spares an h2 call per message and never leaves the peer without room.
 * Keepalive: while a call is open and the peer has sent nothing for
   ``keepalive_interval``, a PING goes out; if still nothing at all arrives within
   ``keepalive_timeout``, the connection is declared dead.
@@ -201,7 +203,7 @@ class H2Stream:
         self._queued -= len(message)
         if self._held and self._queued <= self._conn.settings.stream_window:
             held, self._held = self._held, 0
-            self._conn.acknowledge(self.stream_id, held)
+            self._conn.acknowledge(self.stream_id, held, now=True)
             self._conn.flush_soon()
         return message
 
@@ -372,6 +374,7 @@ class H2Connection:
         sock = transport.socket if isinstance(transport, trio.SocketStream) else None
         self._fd: int | None = sock.fileno() if sock is not None else None
         self._eager = 0
+        self._drained = False
         self._request_callback = on_request
         config = h2.config.H2Configuration(
             client_side=client,
@@ -393,6 +396,9 @@ class H2Connection:
         # so tell it here, or every frame above 16 KiB would be a FRAME_SIZE_ERROR.
         self._h2.max_inbound_frame_size = settings.max_frame_size
         self._streams: dict[int, H2Stream] = {}
+        self._owed: dict[int, int] = {}
+        self._owed_total = 0
+        self._owed_limit = max(1, min(settings.stream_window, settings.connection_window) // 4)
         self._failure: ConnectionLost | None = None
         self._outbox: list[bytes] = []
         self._queued_seq = 0
@@ -649,10 +655,24 @@ class H2Connection:
         self._forget(stream)
         self.flush_soon()
 
-    def acknowledge(self, stream_id: int, flow: int) -> None:
-        if flow and self._failure is None:
-            with contextlib.suppress(h2.exceptions.ProtocolError):
-                self._h2.acknowledge_received_data(flow, stream_id)
+    def acknowledge(self, stream_id: int, flow: int, *, now: bool = False) -> None:
+        """Give the peer back ``flow`` bytes of credit on ``stream_id``.
+
+        Credit is owed until a quarter of the smaller window is (then all of it goes to h2,
+        which sends WINDOW_UPDATE by its own rules), so the peer always keeps at least
+        three quarters of its room; ``now`` hands over everything owed at once (held data
+        being released: the peer may be out of room).
+        """
+        if not flow or self._failure is not None:
+            return
+        owed = self._owed
+        owed[stream_id] = owed.get(stream_id, 0) + flow
+        self._owed_total += flow
+        if now or self._owed_total >= self._owed_limit:
+            self._owed, self._owed_total = {}, 0
+            for sid, credit in owed.items():
+                with contextlib.suppress(h2.exceptions.ProtocolError):
+                    self._h2.acknowledge_received_data(credit, sid)
 
     def _maybe_forget(self, stream: H2Stream) -> None:
         if stream.local_ended and stream.remote_ended:
@@ -710,7 +730,8 @@ class H2Connection:
                 if rest is not None:
                     await self._write_rest(rest)
                 self._written_seq = written
-                self._written.unpark_all()
+                if self._written:
+                    self._written.unpark_all()
                 self._collect()
         except OSError as exc:
             raise self._terminate(
@@ -762,16 +783,25 @@ class H2Connection:
         fd = self._fd
         if fd is None:
             return await self._transport.receive_some(_READ_SIZE)
-        self._eager += 1
-        if self._eager > _EAGER_READS:
+        if self._drained:
+            # The last read emptied the socket: a read now would most likely find nothing
+            # (a wasted syscall and exception per message), so wait for data first.
             self._eager = 0
-            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.wait_readable(fd)
+        else:
+            self._eager += 1
+            if self._eager > _EAGER_READS:
+                self._eager = 0
+                await trio.lowlevel.checkpoint()
         while True:
             try:
-                return os.read(fd, _READ_SIZE)
+                data = os.read(fd, _READ_SIZE)
             except (BlockingIOError, InterruptedError):
                 self._eager = 0
                 await trio.lowlevel.wait_readable(fd)
+            else:
+                self._drained = len(data) < _READ_SIZE
+                return data
 
     async def _read(self) -> None:
         failure: ConnectionLost | None = None

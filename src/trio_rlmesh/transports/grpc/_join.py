@@ -12,11 +12,16 @@ are matched to their request by ``request_id``. Theory of operation:
 * when the stream ends or fails, every waiter fails with the cause, and the multiplexer
   stays failed: later requests fail at once with the same cause. Replies that arrived
   before the failure (an in-band error sent right before a reset) are still delivered.
+* a request may carry a deadline: one watchdog task (in the nursery the multiplexer was
+  given) fails overdue waiters with :class:`trio.TooSlowError`. It sleeps until the
+  earliest deadline it knows of and is only moved when a request is due sooner, so a
+  request pays a comparison, not a cancel scope of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -49,11 +54,12 @@ class JoinStatistics:
 class _Waiter:
     """One request's pending reply: a task parked until the reader delivers an outcome."""
 
-    __slots__ = ("result", "task")
+    __slots__ = ("deadline", "result", "task")
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: float) -> None:
         self.task: trio.lowlevel.Task | None = None
         self.result: outcome.Outcome[Any] | None = None
+        self.deadline = deadline
 
     def deliver(self, result: outcome.Outcome[Any]) -> None:
         if self.result is not None:
@@ -83,6 +89,7 @@ class JoinMux(Generic[_R]):
         call: the open Join call.
         decode: turns a reply's bytes into a reply (raising a transport error if it can't).
         reply_id: the request id a reply answers.
+        nursery: where the deadline watchdog runs (needed by requests with a deadline).
     """
 
     def __init__(
@@ -90,10 +97,14 @@ class JoinMux(Generic[_R]):
         call: ClientCall,
         decode: Callable[[bytes], _R],
         reply_id: Callable[[_R], str],
+        nursery: trio.Nursery | None = None,
     ) -> None:
         self.call = call
         self._decode = decode
         self._reply_id = reply_id
+        self._nursery = nursery
+        self._alarm: trio.CancelScope | None = None
+        """The watchdog's sleep; its deadline is the earliest request deadline it knows."""
         self._pending: dict[str, _Waiter] = {}
         self._failure: BaseException | None = None
         self._finished = trio.Event()
@@ -135,12 +146,44 @@ class JoinMux(Generic[_R]):
         pending, self._pending = self._pending, {}
         for waiter in pending.values():
             waiter.deliver(outcome.Error(again(failure)))
+        if self._alarm is not None:
+            self._alarm.cancel()
 
-    async def request(self, request_id: str, data: bytes, *, end: bool = False) -> tuple[_R, int]:
+    def _watch_deadline(self, deadline: float) -> None:
+        alarm = self._alarm
+        if alarm is None:
+            if self._nursery is None:
+                raise RuntimeError("a request with a deadline needs the multiplexer's nursery")
+            self._alarm = trio.CancelScope(deadline=deadline)
+            self._nursery.start_soon(self._watchdog, self._alarm)
+        elif deadline < alarm.deadline:
+            alarm.deadline = deadline
+
+    async def _watchdog(self, alarm: trio.CancelScope) -> None:
+        while True:
+            with alarm:
+                await trio.sleep_forever()
+            if self._failure is not None:
+                return
+            now = trio.current_time()
+            earliest = math.inf
+            for request_id, waiter in list(self._pending.items()):
+                if waiter.deadline <= now:
+                    del self._pending[request_id]
+                    waiter.deliver(outcome.Error(trio.TooSlowError()))
+                else:
+                    earliest = min(earliest, waiter.deadline)
+            self._alarm = alarm = trio.CancelScope(deadline=earliest)
+
+    async def request(
+        self, request_id: str, data: bytes, *, end: bool = False, deadline: float = math.inf
+    ) -> tuple[_R, int]:
         """Send one request and wait for its reply; returns the reply and its size.
 
         Raises:
             ValueError: ``request_id`` is already in flight.
+            trio.TooSlowError: no reply by ``deadline`` (on trio's clock); a reply that
+                comes later is dropped as stale.
             GrpcError, ConnectionLost, or the decode error: the stream failed.
         """
         # A caller cancelled before it starts sends nothing: the env must not step for a
@@ -150,7 +193,9 @@ class JoinMux(Generic[_R]):
             raise again(self._failure)
         if request_id in self._pending:
             raise ValueError(f"request id {request_id!r} is already in flight")
-        waiter = _Waiter()
+        waiter = _Waiter(deadline)
+        if deadline != math.inf:
+            self._watch_deadline(deadline)
         self._pending[request_id] = waiter
         try:
             await self.call.send_message(data, end=end)

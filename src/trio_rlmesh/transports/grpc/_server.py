@@ -116,8 +116,8 @@ class ServerCore:
 
     def begin(self) -> None:
         """A request started."""
+        # Only a counter: the event draining waits on is made when it waits.
         self.in_flight += 1
-        self._idle = trio.Event() if self._idle.is_set() else self._idle
 
     def end(self) -> None:
         """A request finished (answered or abandoned)."""
@@ -149,7 +149,9 @@ class ServerCore:
     async def _drain(self, drain_timeout: float | None) -> None:
         self.draining = True
         with trio.move_on_after(float("inf") if drain_timeout is None else drain_timeout):
-            await self._idle.wait()
+            while self.in_flight:
+                self._idle = trio.Event()
+                await self._idle.wait()
 
 
 async def run_server(
