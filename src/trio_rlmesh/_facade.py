@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -26,6 +26,7 @@ from .runtime._internal import UserCode, check_user_code
 
 if TYPE_CHECKING:
     from .model import ModelHandler
+    from .record import RecordOptions
     from .runtime import RuntimeDriver, RuntimeHooks, RuntimeLimits, RuntimeReport
     from .runtime._internal import Fleet
 
@@ -73,6 +74,12 @@ def _fuse_wait(value: float) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise SpecError(f"fuse_wait must be a number of seconds >= 0, got {value!r}")
     return value
+
+
+def _record(value: Any) -> RecordOptions | None:
+    from .record._internal import as_record_options
+
+    return as_record_options(value)
 
 
 def _horizon(value: int) -> int:
@@ -144,6 +151,10 @@ class RunLocalOptions:
     ``docs/embedding.md``, *Where user code runs*). A
     :class:`~trio_rlmesh.model.ModelHandler` passed to :func:`run_local` as is keeps its
     own choice."""
+    record: RecordOptions | None = attrs.field(default=None, converter=_record)
+    """Record the run (see :mod:`trio_rlmesh.record`): a dataset directory
+    (``"runs/cartpole-eval-v0"``: every counted episode into that Minari dataset), or
+    :class:`~trio_rlmesh.record.RecordOptions` for videos and more."""
 
 
 def _where_user_code_runs(options: RunLocalOptions) -> UserCode:
@@ -249,16 +260,30 @@ async def _run(
     *,
     hooks: RuntimeHooks | None,
     task_status: trio.TaskStatus[Any],
+    model_label: str = "",
 ) -> RuntimeReport:
     """The one run path: resolve the route, build the session spec, drive.
 
     ``task_status.started`` receives the :class:`~trio_rlmesh.runtime.RuntimeDriver` (so
-    a caller can ``cancel`` it) right before driving starts.
+    a caller can ``cancel`` it) right before driving starts. With ``options.record``, the
+    run drives inside its recording (see :func:`_recorded`).
     """
     address = options.env_address if isinstance(options.env_address, str) else None
-    driver = await _prepare(env, model, options, hooks=hooks, address=address)
-    task_status.started(driver)
-    return await driver.run()
+    if options.record is None:
+        driver = await _prepare(env, model, options, hooks=hooks, address=address)
+        task_status.started(driver)
+        return await driver.run()
+    async with _recorded(options, options.record, env, model_label) as recording:
+        driver = await _prepare(
+            env,
+            model,
+            options,
+            hooks=(recording,) if hooks is None else (hooks, recording),
+            address=address,
+            render=recording.renders,
+        )
+        task_status.started(driver)
+        return await driver.run()
 
 
 async def _prepare(
@@ -266,9 +291,10 @@ async def _prepare(
     model: Any,
     options: RunLocalOptions,
     *,
-    hooks: RuntimeHooks | None,
+    hooks: RuntimeHooks | tuple[RuntimeHooks, ...] | None,
     address: str | None,
     fleet: Fleet | None = None,
+    render: bool = False,
 ) -> RuntimeDriver:
     """Resolve the route and build the session spec and its driver (not yet run)."""
     from .model._internal import route_request
@@ -318,7 +344,13 @@ async def _prepare(
         env_address=address,
     )
     return RuntimeDriver(
-        spec, env.runtime, model, hooks, prefetch_lead=options.prefetch_lead, fleet=fleet
+        spec,
+        env.runtime,
+        model,
+        hooks,
+        prefetch_lead=options.prefetch_lead,
+        fleet=fleet,
+        render=render,
     )
 
 
@@ -364,6 +396,31 @@ def _is_fleet(options: RunLocalOptions) -> bool:
     return isinstance(options.env_address, tuple) and all(
         isinstance(v, str) for v in options.env_address
     )
+
+
+def _recorded(
+    options: RunLocalOptions, record: RecordOptions, env: _Env, model_label: str
+) -> AbstractAsyncContextManager[Any]:
+    """The recording a run drives in (see ``trio_rlmesh.record._recording.for_run``)."""
+    from .record._internal import for_run
+
+    return for_run(
+        record,
+        env.contract,
+        env.component_id,
+        model=record.model_name or model_label,
+        base_seed=options.base_seed,
+        episode_seeds=options.episode_seeds,
+        session_id=options.session_id,
+    )
+
+
+def _model_label(model: Any) -> str:
+    """How a recording names the model: its address, or its class."""
+    if isinstance(model, str):
+        return model
+    cls = type(model)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 async def _run_session(
@@ -413,11 +470,24 @@ async def run_local(
             with trio.move_on_after(60):
                 report = await run_local(MyModel(), options)
     """
+    if options.record is not None:
+        from .record._internal import check_available
+
+        check_available(options.record)
+    if _is_fleet(options) and options.record is not None:
+        raise SpecError("recording a fleet run is not supported; record the run of one env address")
     if _is_fleet(options):
         async with _open_model(handler, options, None) as model:
             return await _run_fleet(model, options, hooks=hooks, task_status=task_status)
     async with _open_env(options) as env, _open_model(handler, options, None) as model:
-        return await _run(env, model, options, hooks=hooks, task_status=task_status)
+        return await _run(
+            env,
+            model,
+            options,
+            hooks=hooks,
+            task_status=task_status,
+            model_label=_model_label(handler),
+        )
 
 
 async def run_remote(
@@ -433,6 +503,12 @@ async def run_remote(
     The route is resolved on the model server (ResolveAdapter with the env's spec,
     the execution horizon and the offer of observation history) before driving.
     """
+    if options.record is not None:
+        from .record._internal import check_available
+
+        check_available(options.record)
+    if _is_fleet(options) and options.record is not None:
+        raise SpecError("recording a fleet run is not supported; record the run of one env address")
     if _is_fleet(options):
         async with _open_model(model_address, options, model_token) as model:
             return await _run_fleet(model, options, hooks=hooks, task_status=task_status)
@@ -440,7 +516,14 @@ async def run_remote(
         _open_env(options) as env,
         _open_model(model_address, options, model_token) as model,
     ):
-        return await _run(env, model, options, hooks=hooks, task_status=task_status)
+        return await _run(
+            env,
+            model,
+            options,
+            hooks=hooks,
+            task_status=task_status,
+            model_label=model_address,
+        )
 
 
 def run(handler: Any, env: Any, **options: Any) -> RuntimeReport:
