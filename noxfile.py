@@ -48,7 +48,8 @@ def _group(name: str) -> list[str]:
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """Unit and in-memory transport tests against the installed package."""
-    session.install(".[gymnasium]", *_group("test"))
+    # The record extra: its tests run wherever Minari installs (3.11+) and say why not on 3.10.
+    session.install(".[gymnasium,record]", *_group("test"))
     # The interop suite needs the rlmesh peer and runs in its own session.
     session.run("pytest", "-m", "not interop", "--ignore=tests/interop", *session.posargs)
 
@@ -121,7 +122,7 @@ def protos_check(session: nox.Session) -> None:
 @nox.session(python=DEFAULT_PYTHON)
 def interop(session: nox.Session) -> None:
     """Wire tests against the real rlmesh 0.1.0 peer, in both directions."""
-    session.install(".[gymnasium]", *_group("test"), RLMESH_PEER)
+    session.install(".[gymnasium,record]", *_group("test"), RLMESH_PEER)
     # The interop tests skip without the peer; here its absence must fail, not skip.
     session.run(
         "python", "-c", "import rlmesh; assert rlmesh.__version__ == '0.1.0', rlmesh.__version__"
@@ -155,6 +156,6 @@ def changelog_check(session: nox.Session) -> None:
 @nox.session(python=DEFAULT_PYTHON)
 def bench(session: nox.Session) -> None:
     """Side-by-side benchmarks of trio-rlmesh and rlmesh 0.1.0 (prints ratios)."""
-    session.install(".[gymnasium]", RLMESH_PEER)
+    session.install(".[gymnasium,record]", RLMESH_PEER)
     env = {"PYTHONHASHSEED": "0", **{k: v for k, v in os.environ.items() if k == "BENCH_QUICK"}}
     session.run("python", "bench/run.py", *session.posargs, env=env)

@@ -7,8 +7,11 @@ scenario (and the smoke test) work without it.
 
 from __future__ import annotations
 
+import itertools
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import bench_envs
@@ -128,10 +131,14 @@ def run_theirs(address: str, model: Any, *, episodes: int, seeds: Sequence[int] 
 # ----------------------------------------------------------------------------- in-process
 
 
-def run_ours_inprocess(*, episodes: int, seeds: Sequence[int], user_code: str = "thread") -> Sample:
+def run_ours_inprocess(
+    *, episodes: int, seeds: Sequence[int], user_code: str = "thread", record: Path | None = None
+) -> Sample:
     """``trio_rlmesh.run(model, env)``: a local CartPole hosted in this process, no network.
 
-    ``user_code`` is where the env's and the model's code run (both the same way).
+    ``user_code`` is where the env's and the model's code run (both the same way). With
+    ``record``, the run writes its episodes into a new Minari dataset in that directory
+    (the wall time includes writing the last episodes).
     """
     env = bench_envs.make_cartpole()
     started = time.perf_counter()
@@ -141,6 +148,7 @@ def run_ours_inprocess(*, episodes: int, seeds: Sequence[int], user_code: str = 
         episode_seeds=tuple(seeds),
         max_episodes=episodes,
         user_code=user_code,
+        record=record,
     )
     wall = time.perf_counter() - started
     env.close()
@@ -269,6 +277,38 @@ def scenario_inprocess_vs_rlmesh(
         warmup=warmup,
         log=log,
     )
+
+
+def scenario_recording(
+    *, rounds: int, episodes: int, log: Callable[[str], None] = print, warmup: bool = True
+) -> Comparison:
+    """7r: the in-process CartPole run of 4 recording a Minari dataset vs the same run
+    unrecorded. Each recorded round writes a new dataset in a temporary directory."""
+    seeds = list(range(episodes))
+    numbers = itertools.count()
+    with tempfile.TemporaryDirectory(prefix="bench-record-") as tmp:
+
+        def recorded() -> Sample:
+            path = Path(tmp) / f"cartpole-{next(numbers)}-v0"
+            return run_ours_inprocess(episodes=episodes, seeds=seeds, record=path)
+
+        result = interleave(
+            "7r-record",
+            "in-process CartPole: run(model, env, record=DATASET_DIR) vs the same run unrecorded",
+            ("ours: recorded (Minari, HDF5)", recorded),
+            (
+                "ours: unrecorded",
+                lambda: run_ours_inprocess(episodes=episodes, seeds=seeds),
+            ),
+            rounds,
+            warmup=warmup,
+            log=log,
+        )
+    result.notes.append(
+        "both sides are trio-rlmesh; the recorded side's wall time includes writing every "
+        "episode (the writer runs on a worker thread beside the run)"
+    )
+    return result
 
 
 def scenario_single_lane_client(

@@ -26,6 +26,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "5v": ("RemoteVectorEnv (16 lanes) vs rlmesh.RemoteVectorEnv, env-steps", 1.2),
     "6-run": ("run(model, env) vs rlmesh.run(model, env)", 3.0),
     "6i-run-inline": ("as 6, user_code='inline'", 3.0),
+    "7r-record": ("in-process CartPole recorded (Minari) vs unrecorded", 0.8),
 }
 """Scenario id -> (figure, target ratio)."""
 

@@ -48,6 +48,7 @@ from bench_scenarios import (  # noqa: E402
     scenario_full_stack,
     scenario_inprocess,
     scenario_inprocess_vs_rlmesh,
+    scenario_recording,
     scenario_single_lane_client,
     scenario_single_lane_server,
 )
@@ -67,6 +68,7 @@ ALL_SCENARIOS = (
     "5v",
     "6",
     "6i",
+    "7r",
     "w",
 )
 REMOTE_SCENARIOS = ("1a", "1b", "1a-grpclib", "1b-grpclib", "2", "3", "5s", "5a", "5v", "6", "6i")
@@ -125,6 +127,10 @@ def rlmesh_version() -> str | None:
     from importlib.metadata import version
 
     return version("rlmesh")
+
+
+def _has_minari() -> bool:
+    return importlib.util.find_spec("minari") is not None and sys.version_info >= (3, 11)
 
 
 def _log(text: str) -> None:
@@ -344,6 +350,19 @@ def run_all(
                     user_code=user_code,
                 )
             )
+    if "7r" in scenarios:
+        if _has_minari():
+            _log("scenario 7r: in-process CartPole recorded into a Minari dataset vs unrecorded")
+            results.append(
+                scenario_recording(
+                    rounds=sizes.rounds,
+                    episodes=sizes.inprocess_episodes,
+                    log=_log,
+                    warmup=sizes.warmup,
+                )
+            )
+        else:
+            skipped.append("scenario 7r: Minari is not installed (pip install '.[record]')")
     for result in results:
         note = _transport_note(result)
         if note:

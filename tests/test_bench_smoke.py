@@ -57,6 +57,18 @@ def test_inprocess_scenario_runs_and_fills_the_table(user_code: str, scenario: s
     assert "ours/theirs" in table
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="recording datasets needs Minari (3.11+)")
+def test_recording_scenario_compares_a_recorded_run_with_the_same_run() -> None:
+    bench = _load_bench()
+    result = bench.scenario_recording(rounds=1, episodes=1, log=lambda _: None, warmup=False)
+    assert result.scenario == "7r-record"
+    _check_side(result.ours)
+    _check_side(result.theirs)
+    assert result.ours.steps == result.theirs.steps
+    assert result.ours.mean_reward == result.theirs.mean_reward
+    assert "7r-record" in bench.format_targets([result])
+
+
 def test_worker_handoff_scenario_times_every_path() -> None:
     _load_bench()
     from bench_worker import PATHS, format_worker, measure

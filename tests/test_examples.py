@@ -118,3 +118,15 @@ def test_step_vector_env_in_trio_counts_episodes() -> None:
     steps, episodes = lines[1].split(", ")[:2]
     assert steps == "100 steps"
     assert int(episodes.split()[0]) > 0
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Minari needs Python >= 3.11")
+def test_record_and_plot_records_loads_and_plots(tmp_path: Path) -> None:
+    out = _run(str(EXAMPLES / "record_and_plot.py"), "--out", str(tmp_path))
+    lines = out.splitlines()
+    assert lines[0] == "completed: 8 episodes, " + lines[0].split(", ")[1]
+    assert lines[1].startswith("loaded 8 episodes; episode 0: ")
+    assert lines[2] == "dataset returns equal the report's: True"
+    assert "episodes  8 (" in out
+    assert (tmp_path / "cartpole-eval-v0" / "data" / "metadata.json").exists()
+    assert (tmp_path / "returns.png").read_bytes().startswith(b"\x89PNG")

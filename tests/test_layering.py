@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("in-process transport", ("trio_rlmesh.transports.inprocess",)),
     ("gRPC transport", ("trio_rlmesh.transports.grpc",)),
     ("remote Gymnasium envs", ("trio_rlmesh.gym",)),
+    ("recording", ("trio_rlmesh.record",)),
     ("facade", ("trio_rlmesh", "trio_rlmesh._facade")),
     ("testing", ("trio_rlmesh.testing",)),
     ("CLI", ("trio_rlmesh._cli", "trio_rlmesh.__main__")),

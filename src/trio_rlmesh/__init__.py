@@ -14,6 +14,7 @@ from ._errors import MetaConversionError as MetaConversionError
 from ._errors import ModelError as ModelError
 from ._errors import OperationTimeout as OperationTimeout
 from ._errors import ProtocolError as ProtocolError
+from ._errors import RecordingError as RecordingError
 from ._errors import SpaceError as SpaceError
 from ._errors import SpecError as SpecError
 from ._errors import TransportError as TransportError
@@ -32,6 +33,7 @@ __all__ = [
     "ModelError",
     "OperationTimeout",
     "ProtocolError",
+    "RecordingError",
     "RunLocalOptions",
     "SpaceError",
     "SpecError",

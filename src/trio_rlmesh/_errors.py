@@ -29,6 +29,7 @@ __all__ = [
     "ModelError",
     "OperationTimeout",
     "ProtocolError",
+    "RecordingError",
     "SpaceError",
     "SpecError",
     "TransportError",
@@ -138,6 +139,12 @@ class ProtocolError(Error):
 
 class HookError(Error):
     """A transform hook raised; the run fails with this error (``__cause__`` is the original)."""
+
+
+class RecordingError(Error):
+    """Recording failed: a dataset or video could not be written, or the recorded
+    episodes disagree with the run's own count. The run is stopped; what was written
+    before stays loadable."""
 
 
 class SpaceError(SpecError):

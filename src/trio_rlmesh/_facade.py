@@ -11,7 +11,7 @@ imported inside the functions, so ``import trio_rlmesh`` stays free of it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -23,6 +23,7 @@ from .runtime._internal import UserCode, check_user_code
 
 if TYPE_CHECKING:
     from .model import ModelHandler
+    from .record import RecordOptions
     from .runtime import RuntimeHooks, RuntimeLimits, RuntimeReport
 
 __all__ = ["RunLocalOptions", "run", "run_local", "run_remote"]
@@ -49,6 +50,12 @@ def _backend(value: str) -> Literal["trio", "grpclib"]:
     if value == "grpclib":
         return "grpclib"
     raise SpecError(f"grpc_backend must be 'trio' or 'grpclib', got {value!r}")
+
+
+def _record(value: Any) -> RecordOptions | None:
+    from .record._internal import as_record_options
+
+    return as_record_options(value)
 
 
 def _horizon(value: int) -> int:
@@ -113,6 +120,10 @@ class RunLocalOptions:
     ``docs/embedding.md``, *Where user code runs*). A
     :class:`~trio_rlmesh.model.ModelHandler` passed to :func:`run_local` as is keeps its
     own choice."""
+    record: RecordOptions | None = attrs.field(default=None, converter=_record)
+    """Record the run (see :mod:`trio_rlmesh.record`): a dataset directory
+    (``"runs/cartpole-eval-v0"``: every counted episode into that Minari dataset), or
+    :class:`~trio_rlmesh.record.RecordOptions` for videos and more."""
 
 
 def _where_user_code_runs(options: RunLocalOptions) -> UserCode:
@@ -217,11 +228,13 @@ async def _run(
     *,
     hooks: RuntimeHooks | None,
     task_status: trio.TaskStatus[Any],
+    model_label: str = "",
 ) -> RuntimeReport:
     """The one run path: resolve the route, build the session spec, drive.
 
     ``task_status.started`` receives the :class:`~trio_rlmesh.runtime.RuntimeDriver` (so
-    a caller can ``cancel`` it) right before driving starts.
+    a caller can ``cancel`` it) right before driving starts. With ``options.record``, the
+    run drives inside its recording (see :func:`_recorded`).
     """
     from .model._internal import route_request
     from .protocol._internal import MAX_MESSAGE_SIZE
@@ -268,9 +281,46 @@ async def _run(
         ),
         model_ceiling=None,
     )
-    driver = RuntimeDriver(spec, env.runtime, model, hooks, prefetch_lead=options.prefetch_lead)
-    task_status.started(driver)
-    return await driver.run()
+    if options.record is None:
+        driver = RuntimeDriver(spec, env.runtime, model, hooks, prefetch_lead=options.prefetch_lead)
+        task_status.started(driver)
+        return await driver.run()
+    async with _recorded(options, options.record, env, model_label) as recording:
+        driver = RuntimeDriver(
+            spec,
+            env.runtime,
+            model,
+            (recording,) if hooks is None else (hooks, recording),
+            prefetch_lead=options.prefetch_lead,
+            render=recording.renders,
+        )
+        task_status.started(driver)
+        return await driver.run()
+
+
+def _recorded(
+    options: RunLocalOptions, record: RecordOptions, env: _Env, model_label: str
+) -> AbstractAsyncContextManager[Any]:
+    """The recording a run drives in (see ``trio_rlmesh.record._recording.for_run``)."""
+    from .record._internal import for_run
+
+    return for_run(
+        record,
+        env.contract,
+        env.component_id,
+        model=record.model_name or model_label,
+        base_seed=options.base_seed,
+        episode_seeds=options.episode_seeds,
+        session_id=options.session_id,
+    )
+
+
+def _model_label(model: Any) -> str:
+    """How a recording names the model: its address, or its class."""
+    if isinstance(model, str):
+        return model
+    cls = type(model)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 async def _run_session(
@@ -320,8 +370,19 @@ async def run_local(
             with trio.move_on_after(60):
                 report = await run_local(MyModel(), options)
     """
+    if options.record is not None:
+        from .record._internal import check_available
+
+        check_available(options.record)
     async with _open_env(options) as env, _open_model(handler, options, None) as model:
-        return await _run(env, model, options, hooks=hooks, task_status=task_status)
+        return await _run(
+            env,
+            model,
+            options,
+            hooks=hooks,
+            task_status=task_status,
+            model_label=_model_label(handler),
+        )
 
 
 async def run_remote(
@@ -337,11 +398,22 @@ async def run_remote(
     The route is resolved on the model server (ResolveAdapter with the env's spec,
     the execution horizon and the offer of observation history) before driving.
     """
+    if options.record is not None:
+        from .record._internal import check_available
+
+        check_available(options.record)
     async with (
         _open_env(options) as env,
         _open_model(model_address, options, model_token) as model,
     ):
-        return await _run(env, model, options, hooks=hooks, task_status=task_status)
+        return await _run(
+            env,
+            model,
+            options,
+            hooks=hooks,
+            task_status=task_status,
+            model_label=model_address,
+        )
 
 
 def run(handler: Any, env: Any, **options: Any) -> RuntimeReport:

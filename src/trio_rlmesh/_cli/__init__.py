@@ -1,8 +1,9 @@
-"""The ``trio-rlmesh`` console script: ``serve-env``, ``serve-model`` and ``run``.
+"""The ``trio-rlmesh`` console script: ``serve-env``, ``serve-model``, ``run`` and ``show``.
 
 One module per concern, imported in one direction only: :mod:`._exit` (exit statuses,
 errors, signals), :mod:`._targets` (what the command line names), :mod:`._serve` and
-:mod:`._run` (the commands), :mod:`._output` and :mod:`._policies` (``run``'s helpers).
+:mod:`._run` and :mod:`._show` (the commands), :mod:`._output` and :mod:`._policies`
+(``run``'s helpers).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ._exit import EXIT_USAGE, UsageError
 from ._output import empty_report_dict, write_json
 from ._run import add_run_parser
 from ._serve import add_serve_parsers
+from ._show import add_show_parser
 
 __all__ = ["main"]
 
@@ -43,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve_parsers(commands)
     add_run_parser(commands)
+    add_show_parser(commands)
     return parser
 
 

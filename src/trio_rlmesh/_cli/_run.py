@@ -13,6 +13,7 @@ import attrs
 import trio
 
 from .._errors import Error, TransportError
+from ..record import RecordOptions
 from ..runtime import (
     EpisodeCompleted,
     EpisodeRecord,
@@ -70,6 +71,10 @@ CANCEL_GRACE = 1.5
 """Seconds a run may spend stopping after SIGINT/SIGTERM (releasing the model, closing the env
 session, stopping an in-process env server) before the process ends anyway, writing the
 episodes it finished."""
+RECORD_CANCEL_GRACE = 15.0
+"""The same for a recorded run, which also writes the episodes it counted and still queues."""
+FREEZE_TIMEOUT = 10.0
+"""Seconds a process that must end at once waits for a recording's write in progress."""
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -124,6 +129,18 @@ def add_run_parser(commands: Any) -> None:
     )
     p.add_argument("--telemetry", action="store_true", help="print the table of timings too")
     p.add_argument("--no-progress", action="store_true", help="no live progress line")
+    p.add_argument(
+        "--record",
+        type=Path,
+        metavar="DATASET_DIR",
+        help="write every counted episode to a new Minari dataset in DATASET_DIR (name-v<N>)",
+    )
+    p.add_argument(
+        "--record-video",
+        type=Path,
+        metavar="DIR",
+        help="write one MP4 per counted episode to DIR (the env must render rgb_array)",
+    )
     p.set_defaults(handler=run_command)
 
 
@@ -146,6 +163,8 @@ class _Plan:
     """The run's seed (``--base-seed``, else the first of ``--seeds``), for the random policy."""
     env_token: str | None = None
     model_token: str | None = None
+    record: RecordOptions | None = None
+    """What to record (``--record``, ``--record-video``); the model is named at connect."""
 
 
 def _check_options(args: argparse.Namespace) -> int:
@@ -206,6 +225,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     else:
         model = load_model_target(args.model)
     seeds: list[int] = args.seeds or []
+    record = _record(args)
     return _Plan(
         episodes,
         env_label,
@@ -218,7 +238,19 @@ def _plan(args: argparse.Namespace) -> _Plan:
         model_token=_token(args, "model", model_address),
         baseline=baseline,
         seed=args.base_seed if args.base_seed is not None else (seeds[0] if seeds else None),
+        record=record,
     )
+
+
+def _record(args: argparse.Namespace) -> RecordOptions | None:
+    """``--record``/``--record-video``, checked before anything starts (names, packages)."""
+    if args.record is None and args.record_video is None:
+        return None
+    from ..record._internal import check_available
+
+    record = RecordOptions(dataset=args.record, video=args.record_video)
+    check_available(record)
+    return record
 
 
 def _token(args: argparse.Namespace, side: Side, address: str | None) -> str | None:
@@ -317,7 +349,7 @@ async def _evaluate(
         slot = _DriverSlot(nursery.cancel_scope)
         interrupts.arm(lambda signum: slot.cancel(f"interrupted by {signum.name}"))
         interrupts.last_words(
-            lambda: _write_results(args, out, progress.report(_interrupted(interrupts)), None)
+            lambda: _last_words(args, out, progress.report(_interrupted(interrupts)))
         )
         if plan.env_address is None:
             address = await nursery.start(serve_env, plan.env, "127.0.0.1:0")
@@ -334,6 +366,7 @@ async def _evaluate(
             execution_horizon=args.execution_horizon,
             prefetch_lead=args.prefetch_lead,
             close_env=False,
+            record=plan.record,
         )
         if show_progress:
             nursery.start_soon(_ticker, progress, out)
@@ -365,6 +398,12 @@ async def _drive(plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSl
         if plan.baseline is not None:
             model, label = await _baseline(plan, options.env_address)
         _announce(plan, label, options.env_address)
+        if options.record is not None:
+            # The dataset names the model as the command line did.
+            name = plan.model_address or plan.model_label
+            if plan.baseline is not None:
+                name = _BASELINE_NAMES[type(model)]
+            options = attrs.evolve(options, record=attrs.evolve(options.record, model_name=name))
         if plan.model_address is not None:
             slot.report = await run_remote(
                 plan.model_address,
@@ -404,6 +443,11 @@ async def _baseline(plan: _Plan, address: str) -> tuple[Any, str]:
         why += f", seed {plan.seed}"
     return RandomPolicy(info, plan.seed), f"a random policy ({why})"
 
+
+_BASELINE_NAMES: dict[type, str] = {
+    HeuristicCartPole: "trio-rlmesh heuristic CartPole policy",
+    RandomPolicy: "trio-rlmesh random policy",
+}
 
 _CONNECTS: dict[str | None, Side] = {"env.handshake": "env", "model.connect": "model"}
 _OTHER: dict[Side, Side] = {"env": "model", "model": "env"}
@@ -467,7 +511,9 @@ def run_command(args: argparse.Namespace) -> int:
     """Entry point of ``trio-rlmesh run``; returns the process exit status."""
     # With the report on stdout, every other line goes to stderr.
     out = sys.stderr if args.json == STDOUT else sys.stdout
-    interrupts = Interrupts(grace=CANCEL_GRACE, exit_code=lambda _signum: EXIT_CANCELLED)
+    recording = args.record is not None or args.record_video is not None
+    grace = RECORD_CANCEL_GRACE if recording else CANCEL_GRACE
+    interrupts = Interrupts(grace=grace, exit_code=lambda _signum: EXIT_CANCELLED)
     with interrupts.installed():
         # Until the run starts there is nothing to report but the interruption itself.
         interrupts.last_words(
@@ -485,6 +531,16 @@ def run_command(args: argparse.Namespace) -> int:
         with interrupts.final_output(status):
             _write_results(args, out, report, failure)
         return status
+
+
+def _last_words(args: argparse.Namespace, out: TextIO, report: RuntimeReport) -> None:
+    """What a run that must end at once writes: a recording stops between two writes first
+    (its dataset then holds the episodes written so far), then the episodes counted."""
+    if args.record is not None or args.record_video is not None:
+        from ..record._internal import freeze_writers
+
+        freeze_writers(FREEZE_TIMEOUT)
+    _write_results(args, out, report, None)
 
 
 def _interrupted(interrupts: Interrupts) -> str:

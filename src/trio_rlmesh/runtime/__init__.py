@@ -17,6 +17,7 @@ from ._hooks import ActionReceived as ActionReceived
 from ._hooks import EpisodeCompleted as EpisodeCompleted
 from ._hooks import EpisodeStarted as EpisodeStarted
 from ._hooks import ObservationEmitted as ObservationEmitted
+from ._hooks import ResetCompleted as ResetCompleted
 from ._hooks import RuntimeHooks as RuntimeHooks
 from ._hooks import SessionEnded as SessionEnded
 from ._hooks import SessionFailed as SessionFailed
@@ -48,6 +49,7 @@ __all__ = [
     "ModelPrediction",
     "ObservationEmitted",
     "PeerCeiling",
+    "ResetCompleted",
     "RunStatus",
     "RuntimeDriver",
     "RuntimeEnv",

@@ -38,7 +38,7 @@ from ._calls import (
 )
 from ._episodes import EpisodeBook, LaneState, PlannedEpisode
 from ._events import RunEvents
-from ._hooks import RuntimeHooks
+from ._hooks import HooksArg
 from ._ids import format_request_id
 from ._interfaces import (
     ENDPOINT_GRACE,
@@ -70,6 +70,25 @@ _FOLD_ROUNDS = 256
 _Plan: TypeAlias = ActionPlan[Prefetch]
 
 
+_PNG_FORMATS = (int(env_v1.RenderFormat.UNSPECIFIED), int(env_v1.RenderFormat.PNG))
+"""Render formats read as PNG (spec §6.5: 0 is PNG too; any other value is dropped)."""
+
+
+def _check_renders(spec: RuntimeSessionSpec, env: RuntimeEnv) -> None:
+    """Refuse ``render=True`` where the driver cannot get one frame per lane."""
+    where = f"the env at {spec.env_component_id}"
+    if getattr(env, "render", None) is None:
+        raise SpecError(
+            f"rendering frames needs an env endpoint with a render call; {where} has none"
+        )
+    if spec.num_envs > 1 and not spec.lanes_step_individually:
+        raise SpecError(
+            f"rendering frames needs one frame per lane, but {where} is a lockstep vector env "
+            f"(num_envs={spec.num_envs}) that renders all its lanes at once; use num_envs=1 "
+            "or a lane endpoint (one env per lane)"
+        )
+
+
 class RuntimeDriver:
     """Drive one env and one model through episodes until ``spec.max_episodes`` complete.
 
@@ -78,9 +97,14 @@ class RuntimeDriver:
             else happens.
         env: the env endpoint.
         model: the model endpoint.
-        hooks: observers and transforms (see :class:`~trio_rlmesh.runtime.RuntimeHooks`).
+        hooks: observers and transforms (see :class:`~trio_rlmesh.runtime.RuntimeHooks`), or
+            a sequence of them (each event goes to each, in order; transforms chain).
         prefetch_lead: with chunked actions, start predicting the next chunk when this many
             frames of the current one remain to replay (0 = never overlap).
+        render: ask the env for a frame (its ``render`` call, a PNG) after every reset and
+            every step, delivered in ``ResetCompleted.frames`` and ``StepCompleted.frames``.
+            The env endpoint must have the optional ``render`` method, and each lane must
+            render on its own (one env, or a lane endpoint; not a lockstep vector).
 
     ``run()`` returns a :class:`~trio_rlmesh.runtime.RuntimeReport` with status
     ``"completed"``, or ``"cancelled"`` after :meth:`cancel`. A failure raises the error,
@@ -98,14 +122,18 @@ class RuntimeDriver:
         spec: RuntimeSessionSpec,
         env: RuntimeEnv,
         model: RuntimeModel,
-        hooks: RuntimeHooks | None = None,
+        hooks: HooksArg = None,
         *,
         prefetch_lead: int = 0,
+        render: bool = False,
     ) -> None:
         if prefetch_lead < 0:
             raise SpecError(
                 f"prefetch_lead must be 0 (off) or a positive frame count, got {prefetch_lead}"
             )
+        if render:
+            _check_renders(spec, env)
+        self._render = render
         self._spec = spec
         self._env = env
         self._model = model
@@ -173,6 +201,12 @@ class RuntimeDriver:
             "model.predict", "model_predict_timeout", predict_limit, model.predict_group,
             error_class=ModelError, route=route,
         )  # fmt: skip
+        self._render_call: Call[env_v1.RenderRequest, env_v1.RenderResponse] | None = None
+        if render:
+            self._render_call = Call(
+                "env.render", "env_step_timeout", limits.env_step_timeout, env.render,  # type: ignore[attr-defined]
+                error_class=EnvError, route=route, grace=grace,
+            )  # fmt: skip
         self.report: RuntimeReport | None = None
         """The last report of this driver's run, whichever way the run ended."""
 
@@ -202,6 +236,8 @@ class RuntimeDriver:
         self._now = now = trio.lowlevel.current_clock().current_time
         for call in (self._reset_call, self._step_call, self._predict_call, self._fused_call):
             call.now = now
+        if self._render_call is not None:
+            self._render_call.now = now
         self._wants_history = bool(self._model.wants_history)
         self._sends_trial = spec.sends_trial_index
         failure: Error | None = None
@@ -354,7 +390,7 @@ class RuntimeDriver:
             if events.observes_actions:
                 frame = await events.action(plan, frame, replayed, self._total_steps)
             response, answered = await self._step(plan, frame)
-            ended = await self._after_step(plan, response, answered)
+            ended = await self._after_step(plan, response, answered, frame)
             if book.quota_reached:
                 rolling = [k for k in plan.lanes if book.state(k) is LaneState.ROLLING]
                 self._evict([book.slots[k].episode_id for k in rolling])
@@ -395,6 +431,9 @@ class RuntimeDriver:
         self._reset_sinks.call(ms, result.timings, result.request_bytes, result.response_bytes)
         book.reset_done(plan.lanes, answered)
         await self._events.episodes_started(planned, auto_reset=False)
+        frames = await self._frames(plan) if self._render else ()
+        if self._events.observes_resets:
+            await self._events.reset_completed(plan.lanes, planned, result.response, frames)
         observation = observation_of(result.response.observation, "env.reset", self._total_steps)
         self._cancel_prefetch(plan.reset(observation))
         if self._events.observes_observations:
@@ -420,13 +459,20 @@ class RuntimeDriver:
         self._book.note_step(plan.lanes, ms)
         return result.response, answered
 
-    async def _after_step(self, plan: _Plan, response: env_v1.StepResponse, now: float) -> bool:
+    async def _after_step(
+        self,
+        plan: _Plan,
+        response: env_v1.StepResponse,
+        now: float,
+        frame: spaces_v1.SpaceValue,
+    ) -> bool:
         """Account the step, its rolls and completions; True when any lane's episode ended."""
         book, events, lanes = self._book, self._events, plan.lanes
         rewards = book.step_rewards(lanes, response.rewards, response.env_indices)
         rolled = book.record_step(lanes, rewards, now)
+        frames = await self._frames(plan) if self._render else ()
         if events.observes_steps:
-            await events.step_completed(lanes, response.rewards, self._total_steps)
+            await events.step_completed(lanes, rewards, self._total_steps, frame, response, frames)
         if rolled:
             await events.episodes_started([new for new, _old in rolled], auto_reset=True)
             # The old id of a rolled lane went out with the terminal observation's predict;
@@ -443,6 +489,25 @@ class RuntimeDriver:
         # Frames, history rows and any prefetch were planned for the episodes that ran.
         self._cancel_prefetch(plan.end_episode())
         return True
+
+    async def _frames(self, plan: _Plan) -> tuple[bytes | None, ...]:
+        """The env's rendering of the group's lane, as a PNG (``render=True`` only)."""
+        call = self._render_call
+        assert call is not None
+        request = env_v1.RenderRequest(
+            env_indices=list(plan.env_indices), timeout_ms=self._step_timeout_ms
+        )
+        response = await call(request, plan.lane, self._total_steps, self._now())
+        if response.frame is None or int(response.format) not in _PNG_FORMATS:
+            raise EnvError(
+                f"env.render answered no frame at runtime step {self._total_steps}: the env "
+                f"at {self._spec.env_component_id} does not render rgb_array images (its "
+                f"render mode is {self._spec.env_contract.render_mode or 'unset'!r})",
+                operation="env.render",
+                step=self._total_steps,
+                lane=plan.lane,
+            )
+        return (response.frame,)
 
     # -- actions: predict, prefetch ------------------------------------------------------------
 

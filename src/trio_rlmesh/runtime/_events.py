@@ -16,8 +16,8 @@ from typing import Any, Literal
 import attrs
 import trio
 
-from .._errors import CodecError, HookError, ProtocolError
-from ..protocol import spaces_v1, spec_to_space
+from .._errors import CodecError, Error, HookError, ProtocolError
+from ..protocol import env_v1, read_env_contract, spaces_v1, spec_to_space
 from ..spaces import Space, decode_batch, encode_batch
 from ._calls import deadline_scope
 from ._episodes import EpisodeBook, EpisodeEnd, PlannedEpisode
@@ -26,8 +26,9 @@ from ._hooks import (
     EpisodeCompleted,
     EpisodeStarted,
     HookDispatcher,
+    HooksArg,
     ObservationEmitted,
-    RuntimeHooks,
+    ResetCompleted,
     SessionEnded,
     SessionFailed,
     SessionStarted,
@@ -43,23 +44,28 @@ __all__ = ["RunEvents"]
 Payload = Literal["observation", "action"]
 
 
+def _pad(rewards: Sequence[float], width: int) -> tuple[float, ...]:
+    """Rewards aligned with ``width`` lanes: a missing reward is 0 (as the book counts it)."""
+    return tuple(float(rewards[i]) if i < len(rewards) else 0.0 for i in range(width))
+
+
 class RunEvents:
     """Builds one run's hook events from its book and plans, and fires them."""
 
-    def __init__(
-        self, hooks: RuntimeHooks | None, spec: RuntimeSessionSpec, book: EpisodeBook
-    ) -> None:
+    def __init__(self, hooks: HooksArg, spec: RuntimeSessionSpec, book: EpisodeBook) -> None:
         self.dispatcher = dispatcher = HookDispatcher(hooks)
         wants = dispatcher.wants
         # Looked up once: the per-step payload hooks build no event unless overridden.
         self.observes_observations = wants("transform_observation") or wants("observation_emitted")
         self.observes_actions = wants("transform_action") or wants("action_received")
         self.observes_steps = wants("step_completed")
+        self.observes_resets = wants("reset_completed")
         self.wants_telemetry = wants("on_telemetry")
         self._session_id = spec.session_id
         self._env_id = spec.env_id
         self._bound = spec.limits.service_close_timeout
         self._book = book
+        self._contract = spec.env_contract
         self._spec = spec
         self._spaces: dict[Payload, Space] = {}
 
@@ -69,7 +75,15 @@ class RunEvents:
         return self.dispatcher.errors
 
     async def session_started(self, num_envs: int, lanes_step_individually: bool) -> None:
-        event = SessionStarted(self._session_id, self._env_id, num_envs, lanes_step_individually)
+        if not self.dispatcher.wants("session_started"):
+            return
+        try:
+            contract = read_env_contract(self._contract)
+        except Error:
+            contract = None
+        event = SessionStarted(
+            self._session_id, self._env_id, num_envs, lanes_step_individually, contract
+        )
         await self.dispatcher.fire("session_started", event)
 
     async def episodes_started(self, planned: Sequence[PlannedEpisode], auto_reset: bool) -> None:
@@ -86,18 +100,48 @@ class RunEvents:
             )
             await self.dispatcher.fire("episode_started", event)
 
+    async def reset_completed(
+        self,
+        lanes: tuple[int, ...],
+        planned: Sequence[PlannedEpisode],
+        response: env_v1.ResetResponse,
+        frames: tuple[bytes | None, ...],
+    ) -> None:
+        observation = response.observation
+        event = ResetCompleted(
+            self._session_id,
+            self._env_id,
+            lanes,
+            tuple(p.episode_id for p in planned),
+            frames,
+            raw_observation=tuple(observation.leaves) if observation is not None else (),
+            raw_infos=response.infos,
+        )
+        await self.dispatcher.fire("reset_completed", event)
+
     async def step_completed(
-        self, lanes: tuple[int, ...], rewards: Sequence[float], total_steps: int
+        self,
+        lanes: tuple[int, ...],
+        rewards: Sequence[float],
+        total_steps: int,
+        frame: spaces_v1.SpaceValue,
+        response: env_v1.StepResponse,
+        frames: tuple[bytes | None, ...],
     ) -> None:
         book = self._book
+        observation = response.observation
         event = StepCompleted(
             self._session_id,
             self._env_id,
             lanes,
             tuple(book.step_ids(lanes)),
             book.slots[lanes[0]].steps,
-            tuple(rewards),
+            tuple(rewards) if len(rewards) == len(lanes) else _pad(rewards, len(lanes)),
             total_steps,
+            frames,
+            raw_action=tuple(frame.leaves),
+            raw_observation=tuple(observation.leaves) if observation is not None else (),
+            raw_infos=response.infos,
         )
         await self.dispatcher.fire("step_completed", event)
 

@@ -20,6 +20,7 @@ Order for a single-lane run with one two-step episode::
 
     session_started
     episode_started
+    reset_completed                                (the env's reset answer)
     transform_observation, observation_emitted     (reset observation, step 0)
     transform_action, action_received              (step 1)
     step_completed                                 (step 1)
@@ -31,24 +32,35 @@ Order for a single-lane run with one two-step episode::
     on_telemetry(horizon="session")
 
 A failed run ends with ``on_telemetry(horizon="session")`` then ``session_failed``.
-Window telemetry may arrive at any point in between.
+Window telemetry may arrive at any point in between. An env-owned roll (NEXT_STEP) fires
+``step_completed`` (whose observation starts the new episode) before its ``episode_started``.
+
+``hooks`` may also be a sequence of :class:`RuntimeHooks`: each event goes to every one that
+overrides its method, in order, and transforms chain (each sees the payload the one before
+returned).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from ..protocol import meta_to_python
 from ._report import EpisodeRecord
 from ._telemetry import TelemetryRow
+
+if TYPE_CHECKING:
+    from ..protocol import EnvContractInfo
 
 __all__ = [
     "ActionReceived",
     "EpisodeCompleted",
     "EpisodeStarted",
     "ObservationEmitted",
+    "ResetCompleted",
     "RuntimeHooks",
     "SessionEnded",
     "SessionFailed",
@@ -68,6 +80,9 @@ class SessionStarted:
     env_id: str
     num_envs: int
     lanes_step_individually: bool
+    contract: EnvContractInfo | None = None
+    """The env's contract, decoded: its own id (``contract.env_id``, e.g. ``"CartPole-v1"``),
+    spaces, metadata and render mode (``None`` if the contract does not decode)."""
 
 
 @attrs.frozen
@@ -153,6 +168,37 @@ class ActionReceived:
     """The action batch of the lanes in ``env_indices`` (numpy values, see above)."""
 
 
+def _infos(meta: Any) -> dict[str, Any]:
+    return meta_to_python(meta) if meta is not None and meta.entries else {}
+
+
+@attrs.frozen
+class ResetCompleted:
+    """The env answered a reset of ``env_indices``; fired after their ``episode_started``."""
+
+    session_id: str
+    env_id: str
+    env_indices: tuple[int, ...]
+    """The lanes reset, in leaf-batch order."""
+    episode_ids: tuple[str, ...]
+    """The episodes the reset started, aligned with ``env_indices``."""
+    frames: tuple[bytes | None, ...] = ()
+    """One PNG frame per lane when the driver renders (``RuntimeDriver(render=True)``)."""
+    _raw_observation: tuple[bytes, ...] = attrs.field(
+        default=(), repr=False, eq=False, alias="raw_observation"
+    )
+    # The reset observation's wire leaves as the env sent them (before any transform),
+    # batched over ``env_indices``: for the recorder, which decodes them off the loop.
+    _raw_infos: Any = attrs.field(default=None, repr=False, eq=False, alias="raw_infos")
+    # The infos as they came over the wire: decoded only when someone reads ``infos``.
+
+    @property
+    def infos(self) -> dict[str, Any]:
+        """The reset's infos (``{}`` when none), decoded on each access. A vector env's infos
+        hold a list per key over its lanes, with a ``_key`` mask (Gymnasium's layout)."""
+        return _infos(self._raw_infos)
+
+
 @attrs.frozen
 class StepCompleted:
     """The env answered a step of the lanes in ``env_indices``."""
@@ -160,11 +206,33 @@ class StepCompleted:
     session_id: str
     env_id: str
     env_indices: tuple[int, ...]
+    """The lanes stepped, in leaf-batch order."""
     episode_ids: tuple[str, ...]
+    """Each lane's episode after the step: a lane that rolled (NEXT_STEP) names its new one."""
     step: int
     rewards: tuple[float, ...]
-    """One reward per lane of ``env_indices``."""
+    """Each lane's reward, aligned with ``env_indices`` (0 on the step a lane rolls)."""
     total_steps: int
+    frames: tuple[bytes | None, ...] = ()
+    """One PNG frame per lane when the driver renders (``RuntimeDriver(render=True)``)."""
+    _raw_action: tuple[bytes, ...] = attrs.field(
+        default=(), repr=False, eq=False, alias="raw_action"
+    )
+    # The action's wire leaves the env got (after ``transform_action``; a replayed chunk
+    # frame on a step that needed no predict), batched over ``env_indices``.
+    _raw_observation: tuple[bytes, ...] = attrs.field(
+        default=(), repr=False, eq=False, alias="raw_observation"
+    )
+    # The env's answer as it sent it (before any transform); a lane that rolled shows its
+    # new episode's first observation.
+    _raw_infos: Any = attrs.field(default=None, repr=False, eq=False, alias="raw_infos")
+    # The infos as they came over the wire: decoded only when someone reads ``infos``.
+
+    @property
+    def infos(self) -> dict[str, Any]:
+        """The step's infos (``{}`` when none), decoded on each access (see
+        :attr:`ResetCompleted.infos`)."""
+        return _infos(self._raw_infos)
 
 
 @attrs.frozen
@@ -193,6 +261,9 @@ class RuntimeHooks:
 
     async def episode_started(self, event: EpisodeStarted) -> None:
         """Per new episode: after its reset, or when an autoreset lane rolls."""
+
+    async def reset_completed(self, event: ResetCompleted) -> None:
+        """After every env reset answer, before the reset observation is transformed."""
 
     async def transform_observation(self, event: ObservationEmitted) -> Any:
         """Return a replacement observation batch, or ``None`` to keep it. Raising fails the run."""
@@ -227,6 +298,7 @@ class RuntimeHooks:
 _OBSERVERS = (
     "session_started",
     "episode_started",
+    "reset_completed",
     "observation_emitted",
     "action_received",
     "step_completed",
@@ -238,34 +310,60 @@ _OBSERVERS = (
 _TRANSFORMS = ("transform_observation", "transform_action")
 
 
-class HookDispatcher:
-    """Calls only the hooks a subclass overrides; counts and logs observer failures."""
+_PAYLOADS = {"transform_observation": "observation", "transform_action": "action"}
+"""The event field each transform replaces."""
 
-    def __init__(self, hooks: RuntimeHooks | None) -> None:
-        self._hooks = hooks
+HooksArg = RuntimeHooks | Sequence[RuntimeHooks] | None
+"""What the driver takes as ``hooks``: one object, several (called in order), or none."""
+
+
+def _overrides(hooks: RuntimeHooks, name: str) -> bool:
+    return getattr(type(hooks), name, None) is not getattr(RuntimeHooks, name)
+
+
+class HookDispatcher:
+    """Calls only the hooks a subclass overrides; counts and logs observer failures.
+
+    With several hook objects, each method goes to those that override it, in order.
+    """
+
+    def __init__(self, hooks: HooksArg) -> None:
+        if hooks is None:
+            chain: tuple[RuntimeHooks, ...] = ()
+        elif isinstance(hooks, RuntimeHooks):
+            chain = (hooks,)
+        else:
+            chain = tuple(hooks)
         self.errors = 0
-        base = RuntimeHooks
-        self.overridden: frozenset[str] = frozenset(
-            name
-            for name in _OBSERVERS + _TRANSFORMS
-            if hooks is not None and getattr(type(hooks), name, None) is not getattr(base, name)
-        )
+        self._targets: dict[str, tuple[RuntimeHooks, ...]] = {}
+        for name in _OBSERVERS + _TRANSFORMS:
+            targets = tuple(h for h in chain if _overrides(h, name))
+            if targets:
+                self._targets[name] = targets
+        self.overridden: frozenset[str] = frozenset(self._targets)
 
     def wants(self, name: str) -> bool:
         return name in self.overridden
 
     async def fire(self, name: str, event: object) -> None:
         """Deliver ``event`` to observer ``name``, if overridden; a raise is logged and counted."""
-        if name not in self.overridden:
-            return
-        try:
-            await getattr(self._hooks, name)(event)
-        except Exception:
-            self.errors += 1
-            logger.warning("runtime hook %s raised; the run goes on", name, exc_info=True)
+        for hooks in self._targets.get(name, ()):
+            try:
+                await getattr(hooks, name)(event)
+            except Exception:
+                self.errors += 1
+                logger.warning("runtime hook %s raised; the run goes on", name, exc_info=True)
 
     async def transform(self, name: str, event: object) -> Any:
-        """Run transform ``name`` (if overridden); its exceptions propagate to the caller."""
-        if name not in self.overridden:
-            return None
-        return await getattr(self._hooks, name)(event)
+        """Run transform ``name`` (if overridden); its exceptions propagate to the caller.
+
+        Several transforms chain: each gets the event carrying the batch the one before
+        returned; the last replacement (or ``None`` when none replaced it) is the answer.
+        """
+        replaced: Any = None
+        for hooks in self._targets.get(name, ()):
+            result = await getattr(hooks, name)(event)
+            if result is not None:
+                replaced = result
+                event = attrs.evolve(event, **{_PAYLOADS[name]: result})  # type: ignore[misc]
+        return replaced

@@ -149,6 +149,12 @@ class RuntimeEnv(Protocol):
     answers TIMEOUT). The driver then bounds each call only by ``timeout +``
     :data:`ENDPOINT_GRACE`; otherwise (fakes, in-process adapters) the driver is the
     only enforcer and cuts the call off exactly at its limit.
+
+    Optional method ``render(request: env_v1.RenderRequest) -> env_v1.RenderResponse``:
+    the env's picture of one lane (``request.env_indices``, lane 0 when empty) as a PNG
+    frame, or a response without a frame when it has none. The driver calls it only when
+    asked to render (``RuntimeDriver(render=True)``, e.g. to record videos); both adapters
+    here (``EnvClientRuntimeEnv``, ``GymEnvRuntimeEnv``) have it.
     """
 
     async def reset(self, request: env_v1.ResetRequest) -> EnvResetResult:

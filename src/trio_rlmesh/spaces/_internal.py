@@ -9,5 +9,6 @@ from __future__ import annotations
 
 from ._conformance import check_batch
 from ._errors import ROOT, child_path, index_path
+from ._spaces import iter_leaves
 
-__all__ = ["ROOT", "check_batch", "child_path", "index_path"]
+__all__ = ["ROOT", "check_batch", "child_path", "index_path", "iter_leaves"]

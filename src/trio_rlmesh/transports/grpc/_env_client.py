@@ -646,6 +646,10 @@ class EnvClientRuntimeEnv:
         """Step through the client (errors name ``env.step``)."""
         return await self.client.step(request)
 
+    async def render(self, request: env_v1.RenderRequest) -> env_v1.RenderResponse:
+        """Render one lane through the client (RuntimeEnv's optional ``render``)."""
+        return await self.client.render(request)
+
     async def close(self, timeout: float) -> None:  # noqa: ASYNC109 - RuntimeEnv's signature
         """Close the session, giving up after ``timeout`` seconds (errors name ``env.close``)."""
         await self.client.close(timeout=timeout)

@@ -1,0 +1,143 @@
+"""Reading a recorded dataset back: its summary, and a plot of the return per episode."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from .._errors import SpecError
+from ._options import EXTRA, require_minari
+
+__all__ = ["DatasetSummary", "plot_returns", "summarize"]
+
+
+def _data_path(path: Path) -> Path:
+    """The Minari data directory for a dataset directory (or the data directory itself)."""
+    for candidate in (path / "data", path):
+        if (candidate / "metadata.json").is_file():
+            return candidate
+    raise SpecError(f"{path} holds no Minari dataset (no data/metadata.json)")
+
+
+@attrs.frozen
+class DatasetSummary:
+    """What a recorded dataset holds."""
+
+    path: Path
+    dataset_id: str
+    env_id: str | None
+    """The env's own id, as the recording named it."""
+    model: str | None
+    version: str | None
+    """The trio-rlmesh version that recorded it."""
+    returns: tuple[float, ...]
+    """The return (sum of rewards) of each episode, in dataset order."""
+    lengths: tuple[int, ...]
+    terminated: int
+    """Episodes that ended by termination (the rest were truncated)."""
+
+    @property
+    def episodes(self) -> int:
+        return len(self.returns)
+
+    @property
+    def steps(self) -> int:
+        return sum(self.lengths)
+
+    def format(self) -> str:
+        """The summary as a few lines of text.
+
+        >>> print(DatasetSummary(Path("d-v0"), "d-v0", "E-v1", "m", "0.1", (1.0, 3.0), (1, 3), 1)
+        ...       .format())                                     # doctest: +NORMALIZE_WHITESPACE
+        dataset   d-v0 (d-v0)
+        env       E-v1
+        model     m
+        episodes  2 (1 terminated, 1 truncated)
+        steps     4 (mean length 2.0)
+        return    mean 2.000  std 1.414  min 1.000  max 3.000
+        """
+        lines = [
+            f"dataset   {self.dataset_id} ({self.path})",
+            f"env       {self.env_id or 'unknown'}",
+            f"model     {self.model or 'unknown'}",
+            f"episodes  {self.episodes} ({self.terminated} terminated, "
+            f"{self.episodes - self.terminated} truncated)",
+        ]
+        if not self.episodes:
+            return "\n".join(lines)
+        mean_length = self.steps / self.episodes
+        spread = statistics.stdev(self.returns) if self.episodes > 1 else 0.0
+        lines += [
+            f"steps     {self.steps} (mean length {mean_length:.1f})",
+            f"return    mean {statistics.fmean(self.returns):.3f}  std {spread:.3f}  "
+            f"min {min(self.returns):.3f}  max {max(self.returns):.3f}",
+        ]
+        return "\n".join(lines)
+
+
+def summarize(path: str | os.PathLike[str]) -> DatasetSummary:
+    """Read a dataset's episodes and sum them up (needs Minari: Python >= 3.11).
+
+    ``path`` is the dataset's directory (or its ``data`` directory).
+
+    Example::
+
+        summary = summarize("runs/cartpole-eval-v0")
+        print(summary.format())
+    """
+    minari = require_minari("reading a Minari dataset")
+    where = Path(os.fspath(path))
+    dataset = minari.MinariDataset(_data_path(where))
+    metadata: dict[str, Any] = dataset.storage.metadata
+    returns: list[float] = []
+    lengths: list[int] = []
+    terminated = 0
+    for episode in dataset.iterate_episodes():
+        rewards = episode.rewards
+        returns.append(math.fsum(float(r) for r in rewards))
+        lengths.append(len(rewards))
+        terminated += bool(len(episode.terminations) and episode.terminations[-1])
+    return DatasetSummary(
+        path=where,
+        dataset_id=str(metadata.get("dataset_id", where.name)),
+        env_id=metadata.get("trio_rlmesh.env_id"),
+        model=metadata.get("trio_rlmesh.model") or metadata.get("algorithm_name") or None,
+        version=metadata.get("trio_rlmesh.version"),
+        returns=tuple(returns),
+        lengths=tuple(lengths),
+        terminated=terminated,
+    )
+
+
+def plot_returns(summary: DatasetSummary, out: str | os.PathLike[str]) -> Path:
+    """Save a plot of the return per episode (with the mean) to ``out`` (PNG, SVG, PDF...).
+
+    Needs matplotlib (in the ``record`` extra). Returns the path written.
+    """
+    try:
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
+    except ImportError:
+        raise SpecError(f"plotting returns needs matplotlib: {EXTRA}") from None
+    target = Path(os.fspath(out))
+    figure = Figure(figsize=(7.0, 3.6), layout="constrained")
+    axes = figure.add_subplot()
+    episodes = range(summary.episodes)
+    axes.plot(episodes, summary.returns, marker="o", markersize=3, linewidth=1, label="return")
+    if summary.episodes:
+        mean = statistics.fmean(summary.returns)
+        axes.axhline(mean, color="tab:red", linestyle="--", linewidth=1, label=f"mean {mean:.2f}")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("episode")
+    axes.set_ylabel("return")
+    axes.set_title(f"{summary.dataset_id}: {summary.env_id or 'env'}, {summary.model or 'model'}")
+    axes.grid(True, alpha=0.3)
+    axes.legend(loc="best")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(target)
+    return target
