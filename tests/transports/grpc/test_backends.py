@@ -251,6 +251,44 @@ async def test_large_messages_both_ways(
                 await call.aclose()
 
 
+SMALL_WINDOWS = GrpcSettings(
+    max_message_size=SETTINGS.max_message_size,
+    stream_window=64 * 1024,
+    connection_window=256 * 1024,
+)
+"""Windows the replies of three calls outgrow (3 x 160 KiB unread, each call's replies
+more than a stream window), each message above a quarter of the stream window. The
+connection window exceeds all three stream windows, so data held back on the calls not
+being read can never use up the connection's room."""
+
+
+@pytest.mark.parametrize(
+    "pair", [("trio", "trio"), ("grpclib", "trio")], ids=["trio-server", "grpclib-server"]
+)
+async def test_held_back_replies_get_their_credit_when_read(
+    pair: tuple[BackendName, BackendName], pair_clock: object, sockdir: Path
+) -> None:
+    """Three calls' replies arrive while the trio client reads none: past a stream window
+    of unread data the client withholds credit. Reading them one call at a time, the
+    credit of each call's held-back data must reach the server once it is read, or
+    the rest of the replies never comes. Only the trio client holds data back."""
+    count, size = 8, 20 * 1024
+    with within(20), trio.fail_after(10):
+        async with serve_and_connect(pair, sockdir, client_settings=SMALL_WINDOWS) as p:
+            calls = [await p.channel.open_call(BIDI) for _ in range(3)]
+            try:
+                for call in calls:
+                    await call.send_message(b"many:%d:%d" % (count, size), end=True)
+                await trio.testing.wait_all_tasks_blocked()
+                for call in calls:
+                    for i in range(count):
+                        assert await call.receive_message() == bytes([i]) * size
+                    assert await call.receive_message() is None
+            finally:
+                for call in calls:
+                    await call.aclose()
+
+
 async def test_metadata_carries_the_raw_token(
     pair: tuple[BackendName, BackendName], pair_clock: object, sockdir: Path
 ) -> None:
