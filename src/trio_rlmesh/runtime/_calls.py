@@ -3,11 +3,13 @@
 Everything here is I/O the driver's loop delegates; the rules of *what* to call live in
 the pure machines (:mod:`._episodes`, :mod:`._plans`).
 
-* :class:`Call` runs one env or model operation under its limit and gives its errors
-  their context. An endpoint that enforces the request's ``timeout_ms`` itself is bounded only
-  by ``limit + grace``, so its own timeout answer reaches the caller; every other call
-  is cut off exactly at its limit, and a synchronous answer that comes back late is a
-  timeout too.
+* :class:`EndpointCalls` binds a run's operations; :class:`Call` runs one env or model
+  operation under its limit and gives its errors their context. An endpoint that enforces
+  the request's ``timeout_ms`` itself is bounded only by ``limit + grace``, so its own
+  timeout answer reaches the caller; every other call is cut off exactly at its limit, and
+  a synchronous answer that comes back late is a timeout too.
+* :func:`call_fused` makes one fused predict call and :func:`settle_fused` accounts and
+  checks each driver's part of it.
 * :class:`Background` runs ``reset_adapter`` evictions without blocking the loop.
 * :class:`Prefetch` is one predict running ahead of the replayed frames.
 * :class:`PredictBatcher` fuses the predicts of lanes that wait at the same time into
@@ -21,28 +23,43 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
 
-from .._errors import Error, OperationTimeout, ProtocolError
-from ..protocol import model_v1, spaces_v1
+from .._errors import EnvError, Error, ModelError, OperationTimeout, ProtocolError
+from ..protocol import env_v1, model_v1, spaces_v1
 from ._advisories import FailureLog
-from ._interfaces import ModelPrediction, RuntimeEnv, RuntimeModel
-from ._telemetry import TelemetryRecorder
+from ._interfaces import (
+    ENDPOINT_GRACE,
+    EnvResetResult,
+    EnvStepResult,
+    ModelPrediction,
+    RuntimeEnv,
+    RuntimeModel,
+)
+from ._telemetry import OpSinks, TelemetryRecorder
+
+if TYPE_CHECKING:
+    from ._episodes import EpisodeBook
+    from ._plans import ActionPlan
+    from ._spec import RuntimeSessionSpec
 
 __all__ = [
     "Background",
     "Call",
+    "EndpointCalls",
     "Outcome",
     "PredictBatcher",
     "Prefetch",
+    "call_fused",
     "check_prediction",
     "deadline_scope",
     "env_lane",
     "fmt_seconds",
     "is_cancellation",
     "observation_of",
+    "settle_fused",
 ]
 
 _T = TypeVar("_T")
@@ -178,6 +195,53 @@ class Call(Generic[_R, _T]):
         )
 
 
+class EndpointCalls:
+    """A run's endpoint operations, each bound once to its method, synchronous form and limit.
+
+    ``reset``, ``step`` and ``predict`` use the endpoint's optional inline fast path;
+    ``fused`` is the model's ``predict_group``; ``render`` exists with ``render=True`` only.
+    An env that answers TIMEOUT itself gets a grace, so its answer, with its code, wins
+    the race with the driver's scope.
+    """
+
+    __slots__ = ("fused", "predict", "render", "reset", "step")
+
+    def __init__(
+        self, spec: RuntimeSessionSpec, env: RuntimeEnv, model: RuntimeModel, *, render: bool
+    ) -> None:
+        limits, route = spec.limits, spec.env_id
+        grace = ENDPOINT_GRACE if getattr(env, "enforces_deadlines", False) else 0.0
+        step_limit, predict_limit = limits.env_step_timeout, limits.model_predict_timeout
+        self.reset: Call[env_v1.ResetRequest, EnvResetResult] = Call(
+            "env.reset", "env_reset_timeout", limits.env_reset_timeout, env.reset,
+            getattr(env, "reset_inline", None), error_class=EnvError, route=route, grace=grace,
+        )  # fmt: skip
+        self.step: Call[env_v1.StepRequest, EnvStepResult] = Call(
+            "env.step", "env_step_timeout", step_limit, env.step,
+            getattr(env, "step_inline", None), error_class=EnvError, route=route, grace=grace,
+        )  # fmt: skip
+        self.predict: Call[model_v1.PredictRequest, ModelPrediction] = Call(
+            "model.predict", "model_predict_timeout", predict_limit, model.predict,
+            getattr(model, "predict_inline", None), error_class=ModelError, route=route,
+        )  # fmt: skip
+        self.fused: Call[Sequence[model_v1.PredictRequest], list[Outcome]] = Call(
+            "model.predict", "model_predict_timeout", predict_limit, model.predict_group,
+            error_class=ModelError, route=route,
+        )  # fmt: skip
+        self.render: Call[env_v1.RenderRequest, env_v1.RenderResponse] | None = None
+        if render:
+            self.render = Call(
+                "env.render", "env_step_timeout", step_limit, env.render,  # type: ignore[attr-defined]
+                error_class=EnvError, route=route, grace=grace,
+            )  # fmt: skip
+
+    def set_clock(self, now: Callable[[], float]) -> None:
+        """Make every call read the run's clock ``now``."""
+        for call in (self.reset, self.step, self.predict, self.fused, self.render):
+            if call is not None:
+                call.now = now
+
+
 def env_lane(error: Error, lanes: tuple[int, ...]) -> None:
     """Turn the lane a model endpoint named (a row of its request) into the env lane.
 
@@ -224,6 +288,72 @@ def check_prediction(
             step=step,
             lane=lane,
         )
+
+
+async def call_fused(
+    call: Call[Sequence[model_v1.PredictRequest], list[Outcome]],
+    requests: Sequence[model_v1.PredictRequest],
+    lane: int | None,
+    step: int,
+    model_id: str,
+) -> tuple[list[Outcome], float]:
+    """Make one fused predict call: one outcome per request, failures in place (never
+    raised), and how long the call took in milliseconds.
+
+    A wrong answer count gets its step from :func:`settle_fused`, the step when it ended.
+    """
+    started = call.now()
+    outcomes: list[Outcome]
+    try:
+        results = await call(requests, lane, step, started)
+        if len(results) != len(requests):
+            raise ProtocolError(
+                f"model endpoint {model_id} answered "
+                f"{len(results)} results for a group of {len(requests)} predicts",
+                operation="model.predict",
+            )
+        outcomes = list(results)
+    except Error as exc:
+        outcomes = [exc] * len(requests)
+    return outcomes, (call.now() - started) * 1e3
+
+
+def settle_fused(
+    requests: Sequence[model_v1.PredictRequest],
+    plans: Sequence[ActionPlan[Any]],
+    outcomes: list[Outcome],
+    ms: float,
+    group_size: int,
+    *,
+    sinks: OpSinks,
+    book: EpisodeBook,
+    model_id: str,
+    step: int,
+) -> list[Outcome]:
+    """Account one driver's part of one fused call and check each of its answers.
+
+    ``outcomes`` (aligned with ``requests``) is returned, each answer that fails its
+    check replaced by the error. ``group_size`` is the whole call's request count: a
+    fleet's call carries other endpoints' requests too.
+    """
+    sinks.rpc(ms)
+    sinks.group_size(group_size)
+    for position, (request, plan) in enumerate(zip(requests, plans, strict=True)):
+        outcome = outcomes[position]
+        if isinstance(outcome, ModelPrediction):
+            try:
+                check_prediction(request, outcome, model_id, step, plan.lane)
+            except Error as exc:
+                outcomes[position] = exc
+            else:
+                sinks.phases(outcome.timings)
+                sinks.model_phases(outcome.timings)
+                sinks.sizes(outcome.request_bytes, outcome.response_bytes)
+                book.note_predict(plan.lanes, ms)
+        else:
+            env_lane(outcome, plan.lanes)
+            outcome.with_context(operation="model.predict", lane=plan.lane, step=step)
+    return outcomes
 
 
 class Background:

@@ -4,9 +4,10 @@ This module is the loop of ``docs/driver.md`` and the I/O around it; the rules l
 pure, synchronously tested machines: episode and lane state in
 :class:`~trio_rlmesh.runtime._episodes.EpisodeBook` (ids, seeds, rewards, completions,
 caps, the quota), action planning in :class:`~trio_rlmesh.runtime._plans.ActionPlan`
-(replay, prefetch, history), report advisories in :mod:`._advisories`. Endpoint calls
-under deadlines, background evictions, prefetch tasks and the fused-predict batcher are
-in :mod:`._calls`; telemetry sinks in :mod:`._telemetry`.
+(replay, prefetch, history), report advisories in :mod:`._advisories`, a run's ending in
+:func:`~trio_rlmesh.runtime._report.run_ending`. Endpoint calls under deadlines, background
+evictions, prefetch tasks and fused predicts are in :mod:`._calls`; render frames in
+:mod:`._frames`; telemetry sinks in :mod:`._telemetry`.
 """
 
 from __future__ import annotations
@@ -18,38 +19,34 @@ from typing import TYPE_CHECKING, TypeAlias
 import attrs
 import trio
 
-from .._errors import EnvError, Error, ModelError, ProtocolError
+from .._errors import Error
 from .._errors import SpecError as SpecError
 from ..protocol import env_v1, model_v1, python_to_meta, spaces_v1
 from ..protocol._internal import RESET_OPTION_TRIAL_INDEX
 from ._advisories import FailureLog, advisories
 from ._calls import (
     Background,
-    Call,
+    EndpointCalls,
     Outcome,
     PredictBatcher,
     Prefetch,
+    call_fused,
     check_prediction,
     close_env,
     env_lane,
     is_cancellation,
     observation_of,
     release_model,
+    settle_fused,
 )
 from ._episodes import EpisodeBook, LaneState, PlannedEpisode
 from ._events import RunEvents
+from ._frames import check_renders, render_frames
 from ._hooks import HooksArg
 from ._ids import format_request_id
-from ._interfaces import (
-    ENDPOINT_GRACE,
-    EnvResetResult,
-    EnvStepResult,
-    ModelPrediction,
-    RuntimeEnv,
-    RuntimeModel,
-)
+from ._interfaces import ModelPrediction, RuntimeEnv, RuntimeModel
 from ._plans import ActionPlan
-from ._report import RunStatus, RuntimeReport
+from ._report import CANCELLED_BY_CALLER, RunStatus, RuntimeReport, run_ending
 from ._spec import RuntimeSessionSpec, timeout_ms
 from ._telemetry import OpSinks, TelemetryRecorder
 
@@ -58,9 +55,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RuntimeDriver"]
 
-
-CANCELLED_BY_CALLER = "cancelled by caller"
-COMPLETED_REASON = "completed requested episodes"
 
 _YIELD_ROUNDS = 8
 """Rounds between the loop's own yields to the scheduler when nothing else asks for one: a
@@ -71,25 +65,6 @@ _FOLD_ROUNDS = 256
 """Rounds between telemetry folds: a round records about 15 samples."""
 
 _Plan: TypeAlias = ActionPlan[Prefetch]
-
-
-_PNG_FORMATS = (int(env_v1.RenderFormat.UNSPECIFIED), int(env_v1.RenderFormat.PNG))
-"""Render formats read as PNG (spec §6.5: 0 is PNG too; any other value is dropped)."""
-
-
-def _check_renders(spec: RuntimeSessionSpec, env: RuntimeEnv) -> None:
-    """Refuse ``render=True`` where the driver cannot get one frame per lane."""
-    where = f"the env at {spec.env_component_id}"
-    if getattr(env, "render", None) is None:
-        raise SpecError(
-            f"rendering frames needs an env endpoint with a render call; {where} has none"
-        )
-    if spec.num_envs > 1 and not spec.lanes_step_individually:
-        raise SpecError(
-            f"rendering frames needs one frame per lane, but {where} is a lockstep vector env "
-            f"(num_envs={spec.num_envs}) that renders all its lanes at once; use num_envs=1 "
-            "or a lane endpoint (one env per lane)"
-        )
 
 
 class RuntimeDriver:
@@ -139,7 +114,7 @@ class RuntimeDriver:
                 f"prefetch_lead must be 0 (off) or a positive frame count, got {prefetch_lead}"
             )
         if render:
-            _check_renders(spec, env)
+            check_renders(spec, env)
         self._render = render
         self._spec = spec
         self._env = env
@@ -160,20 +135,7 @@ class RuntimeDriver:
         self._seq = 0
         self._total_steps = 0
         self._lockstep = not spec.lanes_step_individually
-        self._book = EpisodeBook(
-            num_envs=spec.num_envs,
-            session_id=spec.session_id,
-            owns_resets=spec.driver_owns_resets,
-            lockstep=self._lockstep,
-            episode_seeds=spec.episode_seeds,
-            base_seed=spec.base_seed,
-            max_episodes=spec.max_episodes,
-            trial_index_base=spec.trial_index_base,
-            step_cap=spec.step_cap,
-            seconds_cap=spec.max_episode_seconds,
-            endpoint=spec.env_address,
-            pool=fleet.pool if fleet is not None else None,
-        )
+        self._book = EpisodeBook.for_session(spec, fleet.pool if fleet is not None else None)
         self._fleet = fleet
         self._events = RunEvents(hooks, spec, self._book)
         self._plans: list[_Plan] = []
@@ -194,33 +156,9 @@ class RuntimeDriver:
         self._sends_trial = False
         self._reset_timeout_ms = timeout_ms(limits.env_reset_timeout)
         self._step_timeout_ms = timeout_ms(limits.env_step_timeout)
-        # Each operation bound once to its method, its synchronous form (an in-process
-        # endpoint's optional fast path) and its limit. An env that answers TIMEOUT itself
-        # gets a grace, so its answer, with its code, wins the race with the driver's scope.
-        grace = ENDPOINT_GRACE if getattr(env, "enforces_deadlines", False) else 0.0
-        route, predict_limit = spec.env_id, limits.model_predict_timeout
-        self._reset_call: Call[env_v1.ResetRequest, EnvResetResult] = Call(
-            "env.reset", "env_reset_timeout", limits.env_reset_timeout, env.reset,
-            getattr(env, "reset_inline", None), error_class=EnvError, route=route, grace=grace,
-        )  # fmt: skip
-        self._step_call: Call[env_v1.StepRequest, EnvStepResult] = Call(
-            "env.step", "env_step_timeout", limits.env_step_timeout, env.step,
-            getattr(env, "step_inline", None), error_class=EnvError, route=route, grace=grace,
-        )  # fmt: skip
-        self._predict_call: Call[model_v1.PredictRequest, ModelPrediction] = Call(
-            "model.predict", "model_predict_timeout", predict_limit, model.predict,
-            getattr(model, "predict_inline", None), error_class=ModelError, route=route,
-        )  # fmt: skip
-        self._fused_call: Call[Sequence[model_v1.PredictRequest], list[Outcome]] = Call(
-            "model.predict", "model_predict_timeout", predict_limit, model.predict_group,
-            error_class=ModelError, route=route,
-        )  # fmt: skip
-        self._render_call: Call[env_v1.RenderRequest, env_v1.RenderResponse] | None = None
-        if render:
-            self._render_call = Call(
-                "env.render", "env_step_timeout", limits.env_step_timeout, env.render,  # type: ignore[attr-defined]
-                error_class=EnvError, route=route, grace=grace,
-            )  # fmt: skip
+        self._calls = calls = EndpointCalls(spec, env, model, render=render)
+        self._reset_call, self._step_call = calls.reset, calls.step
+        self._predict_call, self._fused_call = calls.predict, calls.fused
         self.report: RuntimeReport | None = None
         """The last report of this driver's run, whichever way the run ended."""
 
@@ -248,10 +186,7 @@ class RuntimeDriver:
         self._started = True
         # The run's clock, read directly: trio.current_time() adds two calls per read.
         self._now = now = trio.lowlevel.current_clock().current_time
-        for call in (self._reset_call, self._step_call, self._predict_call, self._fused_call):
-            call.now = now
-        if self._render_call is not None:
-            self._render_call.now = now
+        self._calls.set_clock(now)
         self._wants_history = bool(self._model.wants_history)
         self._sends_trial = spec.sends_trial_index
         failure: Error | None = None
@@ -295,21 +230,13 @@ class RuntimeDriver:
         self, failure: Error | None, interrupted: BaseException | None
     ) -> RuntimeReport:
         """Clean up (shielded, bounded), fire the last hooks, and keep the report."""
-        status: RunStatus
-        if interrupted is not None:
-            cancelled = is_cancellation(interrupted)
-            status = "cancelled" if cancelled else "failed"
-            reason = (
-                "cancelled by the caller's cancel scope"
-                if cancelled
-                else f"interrupted: {type(interrupted).__name__}"
-            )
-        elif failure is not None:
-            status, reason = "failed", str(failure)
-        elif self._stop_scope.cancelled_caught:
-            status, reason = "cancelled", self._cancel_reason or CANCELLED_BY_CALLER
-        else:
-            status, reason = "completed", COMPLETED_REASON
+        status, reason = run_ending(
+            interrupted=interrupted,
+            caller_cancelled=interrupted is not None and is_cancellation(interrupted),
+            failure=failure,
+            stopped=self._stop_scope.cancelled_caught,
+            cancel_reason=self._cancel_reason,
+        )
         events = self._events
         with trio.CancelScope(shield=True):
             if interrupted is None and failure is None:
@@ -528,22 +455,10 @@ class RuntimeDriver:
 
     async def _frames(self, plan: _Plan) -> tuple[bytes | None, ...]:
         """The env's rendering of the group's lane, as a PNG (``render=True`` only)."""
-        call = self._render_call
-        assert call is not None
-        request = env_v1.RenderRequest(
-            env_indices=list(plan.env_indices), timeout_ms=self._step_timeout_ms
-        )
-        response = await call(request, plan.lane, self._total_steps, self._now())
-        if response.frame is None or int(response.format) not in _PNG_FORMATS:
-            raise EnvError(
-                f"env.render answered no frame at runtime step {self._total_steps}: the env "
-                f"at {self._spec.env_component_id} does not render rgb_array images (its "
-                f"render mode is {self._spec.env_contract.render_mode or 'unset'!r})",
-                operation="env.render",
-                step=self._total_steps,
-                lane=plan.lane,
-            )
-        return (response.frame,)
+        return await render_frames(
+            self._calls.render, self._spec, plan.env_indices, plan.lane, self._total_steps,
+            self._step_timeout_ms,
+        )  # fmt: skip
 
     # -- actions: predict, prefetch ------------------------------------------------------------
 
@@ -598,22 +513,10 @@ class RuntimeDriver:
         self, requests: Sequence[model_v1.PredictRequest], plans: Sequence[_Plan]
     ) -> list[Outcome]:
         """Serve one fused group: one outcome per request, failures in place (never raised)."""
-        started = self._now()
-        outcomes: list[Outcome]
-        try:
-            lane = plans[0].lane if len(plans) == 1 else None
-            results = await self._fused_call(requests, lane, self._total_steps, started)
-            if len(results) != len(requests):
-                raise ProtocolError(
-                    f"model endpoint {self._spec.model_component_id} answered "
-                    f"{len(results)} results for a group of {len(requests)} predicts",
-                    operation="model.predict",
-                    step=self._total_steps,
-                )
-            outcomes = list(results)
-        except Error as exc:
-            outcomes = [exc] * len(requests)
-        ms = (self._now() - started) * 1e3
+        lane = plans[0].lane if len(plans) == 1 else None
+        model_id = self._spec.model_component_id
+        call = self._fused_call
+        outcomes, ms = await call_fused(call, requests, lane, self._total_steps, model_id)
         return self.settle_fused(requests, plans, outcomes, ms, len(requests))
 
     def settle_fused(
@@ -624,39 +527,11 @@ class RuntimeDriver:
         ms: float,
         group_size: int,
     ) -> list[Outcome]:
-        """Account this driver's part of one fused call and check each of its answers.
-
-        ``outcomes`` (aligned with ``requests``) is returned, each answer that fails its
-        check replaced by the error. ``group_size`` is the whole call's request count: a
-        fleet's call carries other endpoints' requests too.
-        """
-        sinks = self._predict_sinks
-        sinks.rpc(ms)
-        sinks.group_size(group_size)
-        for position, (request, plan) in enumerate(zip(requests, plans, strict=True)):
-            outcome = outcomes[position]
-            if isinstance(outcome, ModelPrediction):
-                try:
-                    check_prediction(
-                        request,
-                        outcome,
-                        self._spec.model_component_id,
-                        self._total_steps,
-                        plan.lane,
-                    )
-                except Error as exc:
-                    outcomes[position] = exc
-                else:
-                    sinks.phases(outcome.timings)
-                    sinks.model_phases(outcome.timings)
-                    sinks.sizes(outcome.request_bytes, outcome.response_bytes)
-                    self._book.note_predict(plan.lanes, ms)
-            else:
-                env_lane(outcome, plan.lanes)
-                outcome.with_context(
-                    operation="model.predict", lane=plan.lane, step=self._total_steps
-                )
-        return outcomes
+        """Account this driver's part of one fused call (see :func:`._calls.settle_fused`)."""
+        return settle_fused(
+            requests, plans, outcomes, ms, group_size, sinks=self._predict_sinks,
+            book=self._book, model_id=self._spec.model_component_id, step=self._total_steps,
+        )  # fmt: skip
 
     def _context(self, phase: str) -> model_v1.AdapterContext:
         self._seq += 1

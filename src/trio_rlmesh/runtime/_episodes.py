@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Container, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -56,6 +56,9 @@ from ..protocol import env_v1, meta_to_python
 from ._ids import deterministic_reset_seed, mint_uuid7
 from ._pool import EpisodePool
 from ._report import EpisodeRecord, success_from_final_info
+
+if TYPE_CHECKING:
+    from ._spec import RuntimeSessionSpec
 
 __all__ = [
     "Completion",
@@ -199,6 +202,24 @@ class EpisodeBook:
         self.discarded_seeds = 0
         self.stale_completions = 0
         self.over_quota = 0
+
+    @classmethod
+    def for_session(cls, spec: RuntimeSessionSpec, pool: EpisodePool | None = None) -> EpisodeBook:
+        """The book of one run of ``spec`` (one endpoint's, with a fleet's ``pool``)."""
+        return cls(
+            num_envs=spec.num_envs,
+            session_id=spec.session_id,
+            owns_resets=spec.driver_owns_resets,
+            lockstep=not spec.lanes_step_individually,
+            episode_seeds=spec.episode_seeds,
+            base_seed=spec.base_seed,
+            max_episodes=spec.max_episodes,
+            trial_index_base=spec.trial_index_base,
+            step_cap=spec.step_cap,
+            seconds_cap=spec.max_episode_seconds,
+            endpoint=spec.env_address,
+            pool=pool,
+        )
 
     # -- the table -----------------------------------------------------------------------
 

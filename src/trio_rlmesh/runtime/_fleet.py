@@ -32,11 +32,11 @@ import trio
 from .._errors import Error, ModelError, ProtocolError
 from ..protocol import model_v1
 from ._calls import Call, Outcome, PredictBatcher, Prefetch, is_cancellation
-from ._driver import CANCELLED_BY_CALLER, RuntimeDriver
+from ._driver import RuntimeDriver
 from ._interfaces import RuntimeModel
 from ._plans import ActionPlan
 from ._pool import EpisodePool
-from ._report import EndpointReport, EpisodeRecord, RunStatus, RuntimeReport
+from ._report import CANCELLED_BY_CALLER, EndpointReport, EpisodeRecord, RunStatus, RuntimeReport
 from ._spec import RuntimeLimits
 from ._telemetry import TelemetryRecorder, TelemetryRow, merge_sessions
 

@@ -11,14 +11,42 @@ from ..protocol._internal import INFO_IS_SUCCESS, INFO_SUCCESS
 from ._telemetry import TelemetryRow
 
 __all__ = [
+    "CANCELLED_BY_CALLER",
+    "COMPLETED_REASON",
     "EndpointReport",
     "EpisodeRecord",
     "RunStatus",
     "RuntimeReport",
+    "run_ending",
     "success_from_final_info",
 ]
 
 RunStatus = Literal["completed", "cancelled", "failed"]
+
+CANCELLED_BY_CALLER = "cancelled by caller"
+COMPLETED_REASON = "completed requested episodes"
+
+
+def run_ending(
+    *,
+    interrupted: BaseException | None,
+    caller_cancelled: bool,
+    failure: BaseException | None,
+    stopped: bool,
+    cancel_reason: str | None,
+) -> tuple[RunStatus, str]:
+    """A run's status and reason: an interruption (``caller_cancelled`` when it is the
+    caller's cancel scope) wins over a failure, a failure over a :meth:`cancel`
+    (``stopped``), and a run with none of them completed."""
+    if interrupted is not None:
+        if caller_cancelled:
+            return "cancelled", "cancelled by the caller's cancel scope"
+        return "failed", f"interrupted: {type(interrupted).__name__}"
+    if failure is not None:
+        return "failed", str(failure)
+    if stopped:
+        return "cancelled", cancel_reason or CANCELLED_BY_CALLER
+    return "completed", COMPLETED_REASON
 
 
 def success_from_final_info(final_info: Mapping[str, Any] | None) -> bool | None:
