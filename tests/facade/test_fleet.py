@@ -78,6 +78,32 @@ class KillAfter(RuntimeHooks):
             self.process.kill()
 
 
+class KillMidRun(RuntimeHooks):
+    """Kills the victim endpoint's process once it completed an episode, mid-run by design.
+
+    The victim is killed from its own ``episode_completed`` hook: its driver goes on to
+    take its next episode and finds the process dead, so it always dies holding one. The
+    other endpoints wait in their first ``episode_completed`` until the kill, so they
+    cannot take every episode first, however the machine schedules the processes.
+    """
+
+    def __init__(self, victim_address: str, process: trio.Process) -> None:
+        self.victim_address = victim_address
+        self.process = process
+        self.killed = trio.Event()
+        self.completed = 0
+
+    async def episode_completed(self, event: EpisodeCompleted) -> None:
+        self.completed += 1
+        if event.record.endpoint == self.victim_address:
+            if not self.killed.is_set():
+                self.process.kill()
+                await self.process.wait()
+                self.killed.set()
+        else:
+            await self.killed.wait()
+
+
 async def test_a_fleet_gives_each_seed_the_episode_one_endpoint_gives() -> None:
     seeds = tuple(range(100, 112))
     model = BatchedBalancer()
@@ -181,7 +207,7 @@ async def test_a_killed_endpoint_is_tolerated_and_its_episodes_run_elsewhere(
         async with processes(3, tmp_path) as started:
             addresses = [address for address, _ in started]
             victim_address, victim = started[0]
-            hooks = KillAfter(victim, after=2)
+            hooks = KillMidRun(victim_address, victim)
             report = await run_local(
                 BatchedBalancer(),
                 RunLocalOptions(
@@ -204,8 +230,10 @@ async def test_a_killed_endpoint_is_tolerated_and_its_episodes_run_elsewhere(
     assert lost.status == "failed"
     assert lost.error is not None
     assert "TransportError" in lost.error
-    # What it was running when it died was started again on another endpoint.
-    assert lost.retried
+    # It finished one episode, then died holding the next one the pool handed it: that
+    # one was started again on another endpoint, with its seed.
+    assert lost.episodes == 1
+    assert len(lost.retried) == 1
     for index, seed in lost.retried:
         (again,) = [e for e in report.episodes if e.index == index]
         assert again.seed == seed
