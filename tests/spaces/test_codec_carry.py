@@ -137,3 +137,32 @@ def test_carried_batch_only_for_its_space_and_lane_count() -> None:
     assert carried_batch(value, Box.from_bounds(-2.0, 2.0, (2,), DType.FLOAT32), 1) is None
     assert carried_batch(value.plain(), space, 1) is None
     assert carried_batch(None, space, 1) is None
+
+
+@pytest.mark.parametrize(
+    ("space", "lane"),
+    [
+        pytest.param(Discrete(3), 2, id="python-int"),
+        pytest.param(Discrete(3), np.int32(1), id="numpy-int32"),
+        pytest.param(Box.from_bounds(-1.0, 1.0, (2,), DType.FLOAT32), [0.5, 2.0], id="list"),
+        pytest.param(Box.from_bounds(-1.0, 1.0, (2,), DType.FLOAT32), np.ones(2), id="float64"),
+    ],
+)
+def test_one_lane_converts_like_encode_lanes(space: Space, lane: Any) -> None:
+    assert_carried(decode_batch(space, encode_lanes(space, [lane]), 1), carry_lanes(space, [lane]))
+
+
+@pytest.mark.parametrize(
+    ("space", "lane"),
+    [
+        pytest.param(Discrete(3), 3, id="domain"),
+        pytest.param(Discrete(3), [1], id="shape"),
+        pytest.param(Discrete(3, dtype=DType.UINT8), 1.5, id="fractional"),
+    ],
+)
+def test_one_lane_refuses_what_encode_lanes_refuses(space: Space, lane: Any) -> None:
+    with pytest.raises(CodecError) as encoded:
+        encode_lanes(space, [lane])
+    with pytest.raises(CodecError) as carried:
+        carry_lanes(space, [lane])
+    assert str(carried.value) == str(encoded.value)

@@ -238,6 +238,10 @@ class _Node:
         errors as :meth:`encode`, and the value :meth:`decode` would give back."""
         raise NotImplementedError
 
+    def carry_lanes(self, lanes: Sequence[Any]) -> Any:
+        """``carry(stack(lanes))``: the lanes checked one by one, then carried as a batch."""
+        return self.carry(self.stack(lanes, copy=False), len(lanes))
+
 
 class _Fixed(_Node):
     """A fixed-stride leaf: Box, Discrete, MultiBinary or MultiDiscrete."""
@@ -281,6 +285,26 @@ class _Fixed(_Node):
             self.check_domain(array)
         array.flags.writeable = False
         return array
+
+    def carry_lanes(self, lanes: Sequence[Any]) -> Any:
+        if len(lanes) != 1:
+            return super().carry_lanes(lanes)
+        # One lane (every single-env predict): stack-then-carry in one pass, as encode_lanes.
+        array = _as_array(lanes[0], self.path)
+        if array.shape != self.shape:
+            raise CodecError(
+                "lane 0 has the wrong shape",
+                path=self.path,
+                expected=self.shape,
+                actual=array.shape,
+            )
+        batch = array[np.newaxis]
+        batch = (
+            batch.copy() if batch.dtype == self.np_dtype else _coerce(batch, self.wire, self.path)
+        )
+        self.check_domain(batch)
+        batch.flags.writeable = False
+        return batch
 
     def decode(self, leaves: Sequence[LeafBuffer], n: int, framed: bool) -> Any:
         buf = leaves[self.first]
@@ -832,8 +856,7 @@ def carry_batch(space: Space, value: Any, n: int) -> Any:
 
 def carry_lanes(space: Space, values: Sequence[Any]) -> Any:
     """:func:`carry_batch` of single-lane values (checked as :func:`encode_lanes` does)."""
-    node = _root(space)
-    return node.carry(node.stack(values, copy=False), len(values))
+    return _root(space).carry_lanes(values)
 
 
 def unstack(space: Space, batch: Any, n: int) -> list[Any]:
