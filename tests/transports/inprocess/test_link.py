@@ -13,7 +13,8 @@ from trio_rlmesh.model import _wire as model_wire
 from trio_rlmesh.model._internal import observation_from_request
 from trio_rlmesh.protocol import env_v1, model_v1, spaces_v1
 from trio_rlmesh.protocol._internal import CarriedValue
-from trio_rlmesh.runtime import RuntimeHooks, StepCompleted
+from trio_rlmesh.runtime import ActionReceived, ObservationEmitted, RuntimeHooks, StepCompleted
+from trio_rlmesh.runtime import _events as runtime_events
 from trio_rlmesh.spaces import decode_batch, encode_batch
 from trio_rlmesh.transports._envhost import _values as envhost_values
 from trio_rlmesh.transports.inprocess import (
@@ -133,3 +134,37 @@ def test_a_model_request_with_a_carried_observation_decodes_nothing() -> None:
     )
     assert observation_from_request(request, contract).observation is batch
     assert value._leaves is None
+
+
+async def test_hooks_of_a_linked_run_get_the_carried_batches(monkeypatch: Any) -> None:
+    """Observation and action hooks receive the very batches that passed, decoding nothing."""
+    decoded: list[Any] = []
+
+    def counting(*args: Any) -> Any:
+        decoded.append(args)
+        return decode_batch(*args)
+
+    for module in (model_wire, envhost_values, runtime_events):
+        monkeypatch.setattr(module, "decode_batch", counting)
+
+    class Hooks(RuntimeHooks):
+        def __init__(self) -> None:
+            self.observations: list[Any] = []
+            self.actions: list[Any] = []
+
+        async def observation_emitted(self, event: ObservationEmitted) -> None:
+            self.observations.append(event.observation)
+
+        async def action_received(self, event: ActionReceived) -> None:
+            self.actions.append(event.action)
+
+    model, env, hooks = Seen(), Recording(gymnasium.make("CartPole-v1")), Hooks()
+    report = await trio_rlmesh.run_local(
+        model, trio_rlmesh.RunLocalOptions(env, episode_seeds=(5,), max_episodes=1), hooks=hooks
+    )
+    assert report.status == "completed"
+    assert decoded == []
+    seen = hooks.observations[: len(model.observations)]
+    assert all(not batch.flags.writeable for batch in seen)
+    assert [b[0].tobytes() for b in seen] == [o.tobytes() for o in model.observations]
+    assert [int(a[0]) for a in hooks.actions] == [int(a) for a in env.actions]
