@@ -276,6 +276,9 @@ class _Fixed(_Node):
         array = _as_array(value, self.path)
         if array.shape != (n, *self.shape):
             raise _shape_error(self.path, (n, *self.shape), array.shape)
+        return self._snapshot(array, n)
+
+    def _snapshot(self, array: npt.NDArray[Any], n: int) -> Any:
         # A copy either way (astype copies), so the carried batch never shares memory with
         # the caller's arrays; read-only, like a decoded leaf.
         array = (
@@ -290,21 +293,7 @@ class _Fixed(_Node):
         if len(lanes) != 1:
             return super().carry_lanes(lanes)
         # One lane (every single-env predict): stack-then-carry in one pass, as encode_lanes.
-        array = _as_array(lanes[0], self.path)
-        if array.shape != self.shape:
-            raise CodecError(
-                "lane 0 has the wrong shape",
-                path=self.path,
-                expected=self.shape,
-                actual=array.shape,
-            )
-        batch = array[np.newaxis]
-        batch = (
-            batch.copy() if batch.dtype == self.np_dtype else _coerce(batch, self.wire, self.path)
-        )
-        self.check_domain(batch)
-        batch.flags.writeable = False
-        return batch
+        return self._snapshot(self._one_lane(lanes[0]), 1)
 
     def decode(self, leaves: Sequence[LeafBuffer], n: int, framed: bool) -> Any:
         buf = leaves[self.first]
@@ -333,7 +322,15 @@ class _Fixed(_Node):
             return
         # One lane (every single-env step): the same checks, conversions and bytes as
         # stack-then-encode, minus the second pass over a batch that is known to be right.
-        array = _as_array(lanes[0], self.path)
+        batch = self._one_lane(lanes[0])
+        if batch.dtype != self.np_dtype:
+            batch = _coerce(batch, self.wire, self.path)
+        self.check_domain(batch)
+        out.append(batch.tobytes())
+
+    def _one_lane(self, lane: Any) -> npt.NDArray[Any]:
+        """``lane`` as a batch of one, once its shape is checked (not yet converted)."""
+        array = _as_array(lane, self.path)
         if array.shape != self.shape:
             raise CodecError(
                 "lane 0 has the wrong shape",
@@ -341,11 +338,7 @@ class _Fixed(_Node):
                 expected=self.shape,
                 actual=array.shape,
             )
-        batch = array[np.newaxis]
-        if batch.dtype != self.np_dtype:
-            batch = _coerce(batch, self.wire, self.path)
-        self.check_domain(batch)
-        out.append(batch.tobytes())
+        return array[np.newaxis]
 
     def stack(self, lanes: Sequence[Any], copy: bool = True) -> Any:
         arrays = [_as_array(lane, self.path) for lane in lanes]
