@@ -77,7 +77,7 @@ class MessageDecoder:
         """Whether bytes of an incomplete message are held."""
         return bool(self._buffer)
 
-    def feed(self, data: bytes) -> Iterator[bytes]:
+    def feed(self, data: bytes | bytearray | memoryview) -> Iterator[bytes]:
         """Yield every message that ``data`` completes.
 
         Raises:

@@ -26,6 +26,19 @@ Theory of operation.
   application reads, so memory per stream stays bounded. Credit is handed to h2 in
   batches (once a quarter of the smaller window is owed, and at once when held data is
   released), which spares an h2 call per message and never leaves the peer without room.
+* DATA frames of an open call take a fast path beside h2 (h2 costs more per message than
+  the rest of a step's transport work). The reader splits what it reads into frames
+  itself; a DATA frame without flags (no END_STREAM, no padding) on a stream both this
+  module and h2 consider open, within both windows and the frame limit, is decoded here,
+  and every other frame (HEADERS, SETTINGS, RST_STREAM, GOAWAY, PING, WINDOW_UPDATE, a
+  DATA frame ending its stream or padded, anything unusual) goes to h2 in order, so
+  protocol errors are still h2's to find. Sending, a whole message that fits both send
+  windows and one frame is framed here too, after anything h2 queued. h2 keeps owning the
+  flow-control numbers: the fast path debits the same counters h2's own paths would
+  (h2's window managers on receipt, its outbound windows on sending), so WINDOW_UPDATE,
+  ``acknowledge_received_data`` and the window checks of h2's own sends stay exact. This
+  reads h2 attributes that are not public API; they are checked once at import and the
+  fast path is off (everything goes through h2) if they are missing.
 * Keepalive: while a call is open and the peer has sent nothing for
   ``keepalive_interval``, a PING goes out; if still nothing at all arrives within
   ``keepalive_timeout``, the connection is declared dead.
@@ -40,6 +53,7 @@ import collections
 import contextlib
 import itertools
 import os
+import struct
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
@@ -49,6 +63,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import h2.stream
 import trio
 
 from ._framing import MessageDecoder, frame
@@ -70,6 +85,53 @@ _READ_SIZE: Final = 256 * 1024
 _EAGER_READS: Final = 16
 """Reads that found data at once, in a row, before the reader yields to other tasks."""
 _DEFAULT_WINDOW: Final = 65_535
+_FRAME_HEADER: Final = struct.Struct(">HBBBL")
+"""An HTTP/2 frame header: the 24-bit length as 16 + 8 bits, type, flags, stream id."""
+_FRAME_HEADER_SIZE: Final = 9
+_DATA: Final = 0
+_STREAM_ID_MASK: Final = 0x7FFF_FFFF
+_OPEN_CONNECTION: Final = frozenset(
+    {h2.connection.ConnectionState.CLIENT_OPEN, h2.connection.ConnectionState.SERVER_OPEN}
+)
+_CAN_RECEIVE: Final = frozenset(
+    {h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_LOCAL}
+)
+_CAN_SEND: Final = frozenset({h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_REMOTE})
+
+
+def _h2_internals_present() -> bool:
+    """Whether this h2 has the internals the DATA fast path reads and debits."""
+    try:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        conn.send_headers(
+            1, [(":method", "POST"), (":path", "/"), (":scheme", "http"), (":authority", "x")]
+        )
+        stream = conn.streams[1]
+        checks = (
+            conn.incoming_buffer._headers_buffer,
+            conn.incoming_buffer._preamble_len,
+            conn.incoming_buffer._data,
+            conn._inbound_flow_control_window_manager.current_window_size,
+            conn._inbound_flow_control_window_manager.window_consumed,
+            conn.outbound_flow_control_window,
+            conn.max_inbound_frame_size,
+            conn.max_outbound_frame_size,
+            conn.state_machine.state,
+            stream._inbound_window_manager.current_window_size,
+            stream._inbound_window_manager.window_consumed,
+            stream.outbound_flow_control_window,
+            stream._expected_content_length,
+            stream.state_machine.state,
+            stream.state_machine.headers_received,
+        )
+        return len(checks) == 15 and stream.state_machine.state in _CAN_SEND
+    except Exception:  # pragma: no cover - a different h2
+        return False
+
+
+FAST_DATA: bool = _h2_internals_present()
+"""Whether DATA frames of open calls bypass h2 (see the module docstring)."""
 
 # What an HTTP status that is not 200 means for a gRPC call (gRPC's HTTP-to-status table).
 _HTTP_STATUS: Final = {
@@ -257,7 +319,7 @@ class H2Stream:
             self._on_end()
         self._pump()
 
-    def _on_data(self, data: bytes, flow: int) -> None:
+    def _on_data(self, data: bytes | bytearray | memoryview, flow: int) -> None:
         if self._failure is not None:
             self._conn.acknowledge(self.stream_id, flow)
             return
@@ -375,6 +437,9 @@ class H2Connection:
         self._fd: int | None = sock.fileno() if sock is not None else None
         self._eager = 0
         self._drained = False
+        self._partial = bytearray()
+        """The start of a frame whose end has not been read yet (the DATA fast path)."""
+        self._partial_needed = 0
         self._request_callback = on_request
         config = h2.config.H2Configuration(
             client_side=client,
@@ -537,8 +602,11 @@ class H2Connection:
         payload = frame(message)
         sid = stream.stream_id
         try:
-            room = min(self._h2.local_flow_control_window(sid), self._h2.max_outbound_frame_size)
-            if len(payload) <= room:
+            if not end and FAST_DATA and self._send_fast(sid, payload):
+                pass
+            elif len(payload) <= min(
+                self._h2.local_flow_control_window(sid), self._h2.max_outbound_frame_size
+            ):
                 self._h2.send_data(sid, payload, end_stream=end)
             else:
                 await self._send_chunks(stream, memoryview(payload), end)
@@ -548,6 +616,32 @@ class H2Connection:
             stream.local_ended = True
             self._maybe_forget(stream)
         await self.flush()
+
+    def _send_fast(self, sid: int, payload: bytes) -> bool:
+        """Queue ``payload`` as one DATA frame without h2, if that is plainly allowed.
+
+        It must fit one frame and both send windows, on a stream h2 lets this side send
+        on; the windows are debited exactly as h2's ``send_data`` would. Otherwise nothing
+        happens and h2 handles the message (and raises what it would).
+        """
+        conn = self._h2
+        stream = conn.streams.get(sid)
+        size = len(payload)
+        if (
+            stream is None
+            or size > conn.outbound_flow_control_window
+            or size > stream.outbound_flow_control_window
+            or size > conn.max_outbound_frame_size
+            or stream.state_machine.state not in _CAN_SEND
+            or conn.state_machine.state not in _OPEN_CONNECTION
+        ):
+            return False
+        conn.outbound_flow_control_window -= size
+        stream.outbound_flow_control_window -= size
+        self._collect()  # what h2 queued before goes out first
+        self._outbox.append(_FRAME_HEADER.pack(size >> 8, size & 0xFF, _DATA, 0, sid) + payload)
+        self._queued_seq += 1
+        return True
 
     async def _send_chunks(self, stream: H2Stream, payload: memoryview, end: bool) -> None:
         deadline = trio.current_time() + self.settings.write_timeout
@@ -821,7 +915,6 @@ class H2Connection:
 
     async def _read(self) -> None:
         failure: ConnectionLost | None = None
-        dispatch = self._dispatch
         try:
             while self._failure is None:
                 data = await self._receive()
@@ -830,15 +923,16 @@ class H2Connection:
                     break
                 self._inbound_at = trio.current_time()
                 try:
-                    events = self._h2.receive_data(data)
+                    if FAST_DATA:
+                        self._receive_frames(data)
+                    else:
+                        self._receive_slow(data)
                 except h2.exceptions.ProtocolError as exc:
                     self._collect()
                     failure = self._lost(f"the peer broke the HTTP/2 protocol ({exc})")
                     with contextlib.suppress(ConnectionLost):
                         await self.flush()
                     break
-                for event in events:
-                    dispatch[type(event)](self, event)
                 await self.flush()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             failure = self._lost(f"the connection broke ({exc})")
@@ -846,6 +940,100 @@ class H2Connection:
             failure = exc
         if failure is not None:
             self._terminate(failure)
+
+    def _receive_slow(self, data: bytes | bytearray | memoryview) -> None:
+        """Feed ``data`` to h2 and dispatch its events."""
+        dispatch = self._dispatch
+        for event in self._h2.receive_data(data):
+            dispatch[type(event)](self, event)
+
+    def _receive_frames(self, data: bytes | bytearray) -> None:
+        """Split ``data`` into frames: plain DATA of open calls is handled here, the rest
+        goes to h2, all in order. An incomplete frame at the end waits for the next read.
+
+        Raises:
+            h2.exceptions.ProtocolError: h2 found the peer breaking the protocol.
+        """
+        partial = self._partial
+        if partial:
+            partial += data
+            if len(partial) < self._partial_needed:
+                return  # still incomplete: no copy, no parse
+            data = bytes(partial)
+            self._partial = bytearray()
+        buffer = self._h2.incoming_buffer
+        if buffer._preamble_len or buffer._data:
+            # The client preface, or a frame h2 holds the start of: h2 reads this whole.
+            self._receive_slow(data)
+            return
+        view = memoryview(data)
+        total = len(data)
+        limit = self._h2.max_inbound_frame_size
+        pos = slow = 0  # the next frame; the first frame h2 has not been given yet
+        while pos < total:
+            if total - pos < _FRAME_HEADER_SIZE:
+                self._keep_partial(view[pos:], _FRAME_HEADER_SIZE)
+                total = pos
+                break
+            high, low, kind, flags, sid = _FRAME_HEADER.unpack_from(data, pos)
+            length = (high << 8) | low
+            if length > limit:
+                break  # h2 refuses it (FRAME_SIZE_ERROR) without waiting for its body
+            end = pos + _FRAME_HEADER_SIZE + length
+            if end > total:
+                self._keep_partial(view[pos:], end - pos)
+                total = pos
+                break
+            sid &= _STREAM_ID_MASK
+            if kind == _DATA and not flags and sid in self._streams:
+                if slow < pos:
+                    # Earlier frames first: they may end or reset this very stream.
+                    self._receive_slow(view[slow:pos])
+                    slow = pos
+                    if self._failure is not None:
+                        return
+                stream = self._streams.get(sid)
+                if stream is not None and self._receive_fast(
+                    stream, view[pos + _FRAME_HEADER_SIZE : end]
+                ):
+                    slow = end
+                    if self._failure is not None:
+                        return
+            pos = end
+        if slow < total:
+            self._receive_slow(view[slow:total])
+
+    def _keep_partial(self, tail: memoryview, needed: int) -> None:
+        self._partial = bytearray(tail)
+        self._partial_needed = needed
+
+    def _receive_fast(self, stream: H2Stream, payload: memoryview) -> bool:
+        """Take one flagless DATA frame for ``stream`` without h2, if nothing is unusual.
+
+        Debits h2's connection and stream receive windows as h2's own DATA handling
+        would; returns False (h2 then takes the frame, and raises what it would) if the
+        frame would overrun a window, the stream is not open for receiving in h2 or has
+        had no headers yet, or h2 is between a HEADERS frame and its CONTINUATION.
+        """
+        conn = self._h2
+        h2_stream = conn.streams.get(stream.stream_id)
+        size = len(payload)
+        connection_window = conn._inbound_flow_control_window_manager
+        if (
+            h2_stream is None
+            or conn.incoming_buffer._headers_buffer
+            or size > connection_window.current_window_size
+            or size > h2_stream._inbound_window_manager.current_window_size
+            or h2_stream.state_machine.state not in _CAN_RECEIVE
+            or not h2_stream.state_machine.headers_received
+            or h2_stream._expected_content_length is not None
+            or conn.state_machine.state not in _OPEN_CONNECTION
+        ):
+            return False
+        connection_window.window_consumed(size)
+        h2_stream._inbound_window_manager.window_consumed(size)
+        stream._on_data(payload, size)
+        return True
 
     def _stream_for(self, stream_id: int) -> H2Stream | None:
         return self._streams.get(stream_id)
