@@ -470,7 +470,7 @@ def test_inline_policy_goes_inline_after_a_run_of_quick_calls_and_back_on_a_slow
     assert policy.inline
 
 
-def test_inline_policy_backs_off_after_each_slow_inline_call() -> None:
+def test_inline_policy_backs_off_after_each_slow_inline_call_and_relaxes_after_quick_ones() -> None:
     policy = InlinePolicy(threshold=1e-3, promote=2)
     needed = []
     for _ in range(12):
@@ -480,6 +480,21 @@ def test_inline_policy_backs_off_after_each_slow_inline_call() -> None:
         needed.append(policy.needed)
     assert needed == [4, 8, 16, 32, 64, 128, 256, 512, 1024, 1024, 1024, 1024]
     assert AUTO_PROMOTE_MAX == 1024
+    # 1024 quick calls on the thread, then 7 x 1024 inline: still 1024 ...
+    for _ in range(8 * 1024 - 1):
+        policy.observe(0.0, ran_inline=policy.inline)
+    assert policy.inline
+    assert policy.needed == 1024
+    # ... the 8 x 1024th halves it, and so on down to promote.
+    policy.observe(0.0, ran_inline=True)
+    assert policy.needed == 512
+    for _ in range(100_000):
+        policy.observe(0.0, ran_inline=True)
+    assert policy.needed == 2
+    assert policy.inline
+    # A slow call on the thread never raises the bar.
+    policy.observe(None, ran_inline=False)
+    assert (policy.inline, policy.needed) == (False, 2)
 
 
 def test_inline_policy_rejects_bad_settings() -> None:

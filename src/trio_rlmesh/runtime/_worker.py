@@ -614,12 +614,14 @@ class ThreadWorker(Worker):
         weakref.finalize(self, self._jobs.put, _STOP)
 
 
-AUTO_THRESHOLD: Final = 1e-3
+AUTO_THRESHOLD: Final = 2e-3
 """Default :attr:`InlinePolicy.threshold`: a call this long (seconds) or longer is slow."""
 AUTO_PROMOTE: Final = 8
 """Default :attr:`InlinePolicy.promote`: quick calls in a row before going inline."""
 AUTO_PROMOTE_MAX: Final = 1024
 """The most quick calls in a row :class:`InlinePolicy` ever asks for."""
+AUTO_RELAX: Final = 8
+"""After this many times :attr:`InlinePolicy.needed` quick calls in a row, it halves."""
 
 
 class InlinePolicy:
@@ -628,18 +630,21 @@ class InlinePolicy:
     Pure bookkeeping (no clock, no I/O): its decisions are a function of the durations fed
     to :meth:`observe`.
 
-    * A worker starts on its thread. After ``promote`` quick calls in a row (each shorter
-      than ``threshold``), the next calls run inline.
+    * A worker starts on its thread. After :attr:`needed` quick calls in a row (each
+      shorter than ``threshold``; ``promote`` at first), the next calls run inline.
     * Any slow call (``threshold`` or longer, or abandoned) sends the worker back to its
       thread and restarts the count. If that slow call ran inline (it blocked the event
-      loop), the count needed before going inline again doubles, up to 1024.
+      loop), :attr:`needed` doubles, up to 1024.
+    * After ``8 × needed`` quick calls in a row, :attr:`needed` halves (down to
+      ``promote``): a machine so busy that a quick call is now and then descheduled for
+      longer than the threshold does not keep a quick object on its thread for good.
 
-    So the loop is blocked by a slow inline call at most once per ``promote`` quick calls
-    at first, and ever more rarely for an object whose slow calls recur.
+    So a slow inline call blocks the loop at most once per :attr:`needed` quick calls,
+    and an object whose slow calls recur spends most of its calls on its thread.
 
     Args:
         threshold: seconds; a call that takes this long or longer is slow.
-        promote: quick calls in a row before calls run inline (at least 1).
+        promote: quick calls in a row before calls first run inline (at least 1).
     """
 
     __slots__ = ("_needed", "_streak", "inline", "promote", "threshold")
@@ -664,9 +669,12 @@ class InlinePolicy:
     def observe(self, elapsed: float | None, *, ran_inline: bool) -> None:
         """Account one finished call: ``elapsed`` seconds in user code (``None``: abandoned)."""
         if elapsed is not None and elapsed < self.threshold:
-            self._streak += 1
-            if self._streak >= self._needed:
+            streak = self._streak = self._streak + 1
+            if streak >= self._needed:
                 self.inline = True
+                if streak >= AUTO_RELAX * self._needed and self._needed > self.promote:
+                    self._needed = max(self._needed // 2, self.promote)
+                    self._streak = self._needed
             return
         self._streak = 0
         self.inline = False
@@ -704,7 +712,7 @@ class AdaptiveWorker(Worker):
     Args:
         name: how errors and the thread name the object.
         inline_operations: the operations that may run inline.
-        policy: when they do (default: ``InlinePolicy()``, 1 ms threshold).
+        policy: when they do (default: ``InlinePolicy()``, 2 ms threshold).
 
     Durations are measured with the trio run's clock (``trio.lowlevel.current_clock()``),
     on whichever thread ran the call, so tests decide them with a ``MockClock``.
