@@ -78,7 +78,7 @@ def add_serve_parsers(commands: Any) -> None:
                 choices=SERVING_USER_CODE_MODES,
                 default="auto",
                 help="where the env's code runs. auto (default): a lane's steps inline on the "
-                "event loop while they are quick (under 2 ms), the rest on the lane's worker "
+                "event loop while they are quick (under 5 ms), the rest on the lane's worker "
                 "thread; thread: always on the worker thread (a stuck call can be abandoned); "
                 "inline: always on the event loop",
             )

@@ -614,8 +614,12 @@ class ThreadWorker(Worker):
         weakref.finalize(self, self._jobs.put, _STOP)
 
 
-AUTO_THRESHOLD: Final = 2e-3
-"""Default :attr:`InlinePolicy.threshold`: a call this long (seconds) or longer is slow."""
+AUTO_THRESHOLD: Final = 5e-3
+"""Default :attr:`InlinePolicy.threshold`: a call this long (seconds) or longer is slow.
+
+CPython's default thread switch interval (``sys.getswitchinterval()``): a call shorter than
+that which holds the GIL keeps the event loop waiting about as long on a worker thread as
+it does inline, since the loop needs the GIL to run."""
 AUTO_PROMOTE: Final = 8
 """Default :attr:`InlinePolicy.promote`: quick calls in a row before going inline."""
 AUTO_PROMOTE_MAX: Final = 1024
@@ -712,7 +716,7 @@ class AdaptiveWorker(Worker):
     Args:
         name: how errors and the thread name the object.
         inline_operations: the operations that may run inline.
-        policy: when they do (default: ``InlinePolicy()``, 2 ms threshold).
+        policy: when they do (default: ``InlinePolicy()``, 5 ms threshold).
 
     Durations are measured with the trio run's clock (``trio.lowlevel.current_clock()``),
     on whichever thread ran the call, so tests decide them with a ``MockClock``.

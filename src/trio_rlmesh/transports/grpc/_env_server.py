@@ -363,7 +363,7 @@ async def serve_env(
             deviations reported once in infos), ``"strict"`` (rejected) or ``"off"``.
             ``None`` reads ``RLMESH_VALIDATION_POLICY`` as RLMesh's servers do (default warn).
         user_code: ``"auto"`` (default): a lane's steps run on the event loop once its last
-            8 steps each took under 2 ms, and on the lane's worker thread otherwise (the
+            8 steps each took under 5 ms, and on the lane's worker thread otherwise (the
             first steps, reset, render, close, and after any slow step); one step that is
             unexpectedly slow blocks the loop for its duration, then the lane goes back to
             its thread. ``"thread"``: env code always runs on one worker thread per lane,
