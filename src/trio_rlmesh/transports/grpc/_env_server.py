@@ -293,6 +293,8 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
 
 
 def _timings(submitted: int, results: list[Any]) -> tuple[int, int]:
+    if len(results) == 1 and isinstance(results[0], LaneResult):
+        return plan_timings(submitted, results)  # one call: no list to filter
     lane_results = [r for r in results if isinstance(r, LaneResult)]
     if not lane_results:
         return 0, 0
