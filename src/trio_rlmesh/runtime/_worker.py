@@ -19,6 +19,10 @@ user object gets a :class:`Worker`, and every call into the object goes through 
 * :class:`InlineWorker` (``user_code="inline"``) calls the object on the trio thread.
   It is the fastest path, and adapters may then offer synchronous fast paths
   (``step_inline`` ...), but nothing can interrupt a call that blocks.
+* :class:`AdaptiveWorker` (``user_code="auto"``, env servers only) runs chosen operations
+  (``env.step``) inline while :class:`InlinePolicy` finds the object's recent calls quick,
+  and everything else on a :class:`ThreadWorker`. It trades the guarantee that a call
+  never blocks the loop for the speed of inline calls, bounded as its docstring says.
 
 Cancellation. When the trio caller of :meth:`ThreadWorker.run` is cancelled (a
 deadline, Ctrl-C, the run's scope), it is released at once: the call is *abandoned*.
