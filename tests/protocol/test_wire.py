@@ -28,6 +28,13 @@ def test_varints_are_written_as_betterproto2_writes_them(value: int) -> None:
     assert wire.encode_varint(value) == betterproto2.encode_varint(value)
 
 
+@pytest.mark.parametrize(
+    "value", [0x7F, 0x80, 0x3FFF, 0x4000, 0x1FFFFF, 0x200000, 2**63, 2**64 - 1, -1]
+)
+def test_varints_at_every_length_boundary(value: int) -> None:
+    assert wire.encode_varint(value) == betterproto2.encode_varint(value)
+
+
 def test_a_varint_below_int64_is_refused() -> None:
     with pytest.raises(ValueError, match="64-bit"):
         wire.encode_varint(-(2**63) - 1)

@@ -13,12 +13,16 @@ import trio
 from trio.testing import MockClock
 
 from trio_rlmesh.runtime._worker import (
+    AUTO_PROMOTE_MAX,
     SYNC_WAIT,
+    AdaptiveWorker,
+    InlinePolicy,
     InlineWorker,
     ThreadWorker,
     WorkerClosed,
     WorkerStatistics,
     WorkerStuck,
+    check_serving_user_code,
     check_user_code,
     new_worker,
 )
@@ -331,8 +335,14 @@ async def test_inline_worker_runs_on_the_trio_thread() -> None:
 def test_user_code_modes() -> None:
     assert isinstance(new_worker("thread", "x"), ThreadWorker)
     assert isinstance(new_worker("inline", "x"), InlineWorker)
+    assert isinstance(new_worker("auto", "x"), AdaptiveWorker)
     assert check_user_code("inline") == "inline"
-    with pytest.raises(ValueError, match="user_code must be 'thread' or 'inline', got 'threads'"):
+    with pytest.raises(ValueError, match="user_code must be 'thread' or 'inline', got 'auto'"):
+        check_user_code("auto")
+    assert check_serving_user_code("auto") == "auto"
+    with pytest.raises(
+        ValueError, match="user_code must be 'auto', 'thread' or 'inline', got 'threads'"
+    ):
         new_worker("threads", "x")
 
 
@@ -434,3 +444,168 @@ async def test_the_synchronous_wait_never_holds_up_a_task_that_is_ready_to_run()
     assert worker.statistics().parked == 1
     await worker.run("op", _ident)  # nothing else is ready: waits synchronously
     assert worker.statistics().parked == 1
+
+
+# ------------------------------------------------------------------ user_code="auto"
+
+
+def test_inline_policy_goes_inline_after_a_run_of_quick_calls_and_back_on_a_slow_one() -> None:
+    policy = InlinePolicy(threshold=1e-3, promote=3)
+    for _ in range(2):
+        policy.observe(0.5e-3, ran_inline=False)
+    assert not policy.inline
+    policy.observe(0.999e-3, ran_inline=False)
+    assert policy.inline
+    # A slow call on the thread sends it back without raising the bar.
+    policy.observe(1e-3, ran_inline=False)
+    assert not policy.inline
+    assert policy.needed == 3
+    # An abandoned call is slow; the run of quick calls starts over.
+    policy.observe(0.0, ran_inline=False)
+    policy.observe(None, ran_inline=False)
+    policy.observe(0.0, ran_inline=False)
+    policy.observe(0.0, ran_inline=False)
+    assert not policy.inline
+    policy.observe(0.0, ran_inline=False)
+    assert policy.inline
+
+
+def test_inline_policy_backs_off_after_each_slow_inline_call_and_relaxes_after_quick_ones() -> None:
+    policy = InlinePolicy(threshold=1e-3, promote=2)
+    needed = []
+    for _ in range(12):
+        while not policy.inline:
+            policy.observe(0.0, ran_inline=False)
+        policy.observe(0.5, ran_inline=True)  # blocked the loop
+        needed.append(policy.needed)
+    assert needed == [4, 8, 16, 32, 64, 128, 256, 512, 1024, 1024, 1024, 1024]
+    assert AUTO_PROMOTE_MAX == 1024
+    # 1024 quick calls on the thread, then 7 x 1024 inline: still 1024 ...
+    for _ in range(8 * 1024 - 1):
+        policy.observe(0.0, ran_inline=policy.inline)
+    assert policy.inline
+    assert policy.needed == 1024
+    # ... the 8 x 1024th halves it, and so on down to promote.
+    policy.observe(0.0, ran_inline=True)
+    assert policy.needed == 512
+    for _ in range(100_000):
+        policy.observe(0.0, ran_inline=True)
+    assert policy.needed == 2
+    assert policy.inline
+    # A slow call on the thread never raises the bar.
+    policy.observe(None, ran_inline=False)
+    assert (policy.inline, policy.needed) == (False, 2)
+
+
+def test_inline_policy_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError, match="threshold must be > 0"):
+        InlinePolicy(threshold=0)
+    with pytest.raises(ValueError, match="promote must be at least 1"):
+        InlinePolicy(promote=0)
+
+
+class _Timed:
+    """A user call that takes ``durations[i]`` seconds of the run's MockClock."""
+
+    def __init__(self, clock: MockClock, durations: list[float]) -> None:
+        self.clock = clock
+        self.durations = durations
+        self.threads: list[int] = []
+
+    def __call__(self) -> int:
+        self.clock.jump(self.durations[len(self.threads)])
+        self.threads.append(threading.get_ident())
+        return len(self.threads)
+
+
+async def test_auto_runs_a_call_inline_only_after_quick_ones_and_not_after_a_slow_one(
+    mock_clock: MockClock,
+) -> None:
+    policy = InlinePolicy(threshold=1.0, promote=2)
+    worker = AdaptiveWorker("env Test", inline_operations=("env.step",), policy=policy)
+    step = _Timed(mock_clock, [0.5, 0.5, 0.5, 2.0, 0.5, 0.5, 0.5, 0.5])
+    for _ in range(8):
+        assert await worker.run("env.step", step) == len(step.threads)
+    here = threading.get_ident()
+    on_loop = [thread == here for thread in step.threads]
+    # thread, thread (2 quick) -> inline, inline (slow: back off to 4) -> 4 on the thread,
+    # and the next goes inline again.
+    assert on_loop == [False, False, True, True, False, False, False, False]
+    assert policy.needed == 4
+    assert policy.inline
+    stats = worker.statistics()
+    assert stats.calls == 8
+    await worker.aclose()
+
+
+async def test_auto_runs_other_operations_on_the_thread_and_keeps_the_order(
+    mock_clock: MockClock,
+) -> None:
+    policy = InlinePolicy(threshold=1.0, promote=1)
+    worker = AdaptiveWorker("env Test", inline_operations=("env.step",), policy=policy)
+    step = _Timed(mock_clock, [0.0] * 3)
+    await worker.run("env.step", step)
+    assert policy.inline
+    here = threading.get_ident()
+    # reset never runs inline, and does not count towards the policy.
+    assert await worker.run("env.reset", _ident) != here
+    assert policy.inline
+    # While a call is running on the thread, a step queues behind it instead of
+    # running inline ahead of it.
+    release = threading.Event()
+    order: list[str] = []
+
+    def slow_reset() -> None:
+        release.wait()
+        order.append("reset")
+
+    def step_after() -> int:
+        order.append("step")
+        return threading.get_ident()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(worker.run, "env.reset", slow_reset)
+        await wait_until(lambda: worker.thread._current is not None)
+        assert not worker.runs_inline("env.step")
+        nursery.start_soon(worker.run, "env.step", step_after)
+        await wait_until(lambda: bool(worker.thread._waiters))
+        release.set()
+    assert order == ["reset", "step"]
+    await worker.aclose("env.close", step)
+    assert worker.closed
+    assert not worker.runs_inline("env.step")
+    with pytest.raises(WorkerClosed):
+        await worker.run("env.step", step)
+
+
+async def test_auto_never_starts_an_inline_call_for_a_cancelled_caller(
+    mock_clock: MockClock,
+) -> None:
+    policy = InlinePolicy(threshold=1.0, promote=1)
+    worker = AdaptiveWorker("m", inline_operations=("env.step",), policy=policy)
+    calls: list[int] = []
+    await worker.run("env.step", calls.append, 1)
+    assert worker.runs_inline("env.step")
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await worker.run("env.step", calls.append, 2)
+    assert scope.cancelled_caught
+    assert calls == [1]
+    await worker.aclose()
+
+
+async def test_auto_counts_an_abandoned_call_as_slow(autojump_clock: MockClock) -> None:
+    policy = InlinePolicy(threshold=10.0, promote=1)
+    worker = AdaptiveWorker("env Test", inline_operations=("env.step",), policy=policy)
+    with Hang() as hang:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hold_clock, hang)
+            with trio.move_on_after(1):
+                await worker.run("env.step", hang.point)
+        assert worker.stuck_operation == "env.step"
+        assert not policy.inline
+        assert worker.statistics().abandoned == 1
+    await wait_until(lambda: worker.stuck_operation is None)
+    await worker.run("env.step", _ident)
+    assert policy.inline
+    await worker.aclose()

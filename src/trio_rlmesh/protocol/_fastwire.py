@@ -168,10 +168,18 @@ def encode_env_timing_tail(
     one message with the fields set. Explicit presence: zeros are written. Each value is
     clamped to ``[0, 2**64 - 1]``.
     """
-    values = (total_ns, decode_ns, user_ns, encode_ns)
-    parts = [
-        tag + encode_varint(min(max(v, 0), U64))
-        for tag, v in zip(_TIMING_TAGS, values, strict=True)
-    ]
-    parts.append(_QUEUE_TAG + encode_varint(min(max(queue_ns, 0), U64)))
-    return b"".join(parts)
+    total_tag, decode_tag, user_tag, encode_tag_ = _TIMING_TAGS
+    return b"".join(
+        (
+            total_tag,
+            encode_varint(min(max(total_ns, 0), U64)),
+            decode_tag,
+            encode_varint(min(max(decode_ns, 0), U64)),
+            user_tag,
+            encode_varint(min(max(user_ns, 0), U64)),
+            encode_tag_,
+            encode_varint(min(max(encode_ns, 0), U64)),
+            _QUEUE_TAG,
+            encode_varint(min(max(queue_ns, 0), U64)),
+        )
+    )

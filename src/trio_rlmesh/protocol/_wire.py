@@ -74,6 +74,11 @@ def encode_varint(value: int) -> bytes:
     """
     if 0 <= value < 0x80:
         return _SMALL[value]
+    # Two and three bytes (sizes, nanosecond timings) without the loop below.
+    if 0 < value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    if 0 < value < 0x200000:
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
     if value < 0:
         if value < -SIGN64:
             raise ValueError(f"{value} is not representable as a 64-bit integer")

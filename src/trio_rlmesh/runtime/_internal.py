@@ -11,14 +11,27 @@ from ._fleet import Fleet, FleetRun
 from ._ids import mint_uuid7
 from ._pool import EpisodePool
 from ._telemetry import format_telemetry
-from ._worker import UserCode, WorkerUnavailable, check_user_code, new_worker
+from ._worker import (
+    SERVING_USER_CODE_MODES,
+    USER_CODE_MODES,
+    ServingUserCode,
+    UserCode,
+    WorkerUnavailable,
+    check_serving_user_code,
+    check_user_code,
+    new_worker,
+)
 
 __all__ = [
+    "SERVING_USER_CODE_MODES",
+    "USER_CODE_MODES",
     "EpisodePool",
     "Fleet",
     "FleetRun",
+    "ServingUserCode",
     "UserCode",
     "WorkerUnavailable",
+    "check_serving_user_code",
     "check_user_code",
     "format_telemetry",
     "mint_uuid7",

@@ -19,6 +19,10 @@ user object gets a :class:`Worker`, and every call into the object goes through 
 * :class:`InlineWorker` (``user_code="inline"``) calls the object on the trio thread.
   It is the fastest path, and adapters may then offer synchronous fast paths
   (``step_inline`` ...), but nothing can interrupt a call that blocks.
+* :class:`AdaptiveWorker` (``user_code="auto"``, env servers only) runs chosen operations
+  (``env.step``) inline while :class:`InlinePolicy` finds the object's recent calls quick,
+  and everything else on a :class:`ThreadWorker`. It trades the guarantee that a call
+  never blocks the loop for the speed of inline calls, bounded as its docstring says.
 
 Cancellation. When the trio caller of :meth:`ThreadWorker.run` is cancelled (a
 deadline, Ctrl-C, the run's scope), it is released at once: the call is *abandoned*.
@@ -58,15 +62,19 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Final, Literal, TypeVar
 
 import outcome
 import trio
 
 __all__ = [
+    "SERVING_USER_CODE_MODES",
     "USER_CODE_MODES",
+    "AdaptiveWorker",
+    "InlinePolicy",
     "InlineWorker",
+    "ServingUserCode",
     "ThreadWorker",
     "UserCode",
     "Worker",
@@ -74,6 +82,7 @@ __all__ = [
     "WorkerStatistics",
     "WorkerStuck",
     "WorkerUnavailable",
+    "check_serving_user_code",
     "check_user_code",
     "new_worker",
 ]
@@ -87,6 +96,11 @@ UserCode = Literal["thread", "inline"]
 
 USER_CODE_MODES: Final[tuple[str, ...]] = ("thread", "inline")
 
+ServingUserCode = Literal["auto", "thread", "inline"]
+"""Where a server runs user code: ``"auto"`` (an :class:`AdaptiveWorker`) or a :data:`UserCode`."""
+
+SERVING_USER_CODE_MODES: Final[tuple[str, ...]] = ("auto", "thread", "inline")
+
 
 def check_user_code(value: object) -> UserCode:
     """``value`` as a :data:`UserCode`, or :class:`ValueError` naming the choices."""
@@ -95,6 +109,15 @@ def check_user_code(value: object) -> UserCode:
     if value == "inline":
         return "inline"
     raise ValueError(f"user_code must be 'thread' or 'inline', got {value!r}")
+
+
+def check_serving_user_code(value: object) -> ServingUserCode:
+    """``value`` as a :data:`ServingUserCode`, or :class:`ValueError` naming the choices."""
+    if value == "auto":
+        return "auto"
+    if value in USER_CODE_MODES:
+        return check_user_code(value)
+    raise ValueError(f"user_code must be 'auto', 'thread' or 'inline', got {value!r}")
 
 
 class WorkerUnavailable(Exception):
@@ -172,8 +195,8 @@ class WorkerStatistics:
 class Worker(abc.ABC):
     """Runs one user object's blocking calls (see the module docstring)."""
 
-    user_code: UserCode
-    """``"thread"`` or ``"inline"``."""
+    user_code: ServingUserCode
+    """``"thread"``, ``"inline"`` or ``"auto"``."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -198,6 +221,10 @@ class Worker(abc.ABC):
     def stuck_operation(self) -> str | None:
         """The abandoned operation still occupying the worker, if any."""
         return None
+
+    def runs_inline(self, operation: str) -> bool:
+        """Whether a call of ``operation`` made now would run on the trio thread."""
+        return False
 
     @abc.abstractmethod
     async def run(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
@@ -225,10 +252,16 @@ class Worker(abc.ABC):
         """
 
 
-def new_worker(user_code: UserCode | str, name: str) -> Worker:
-    """A :class:`ThreadWorker` or an :class:`InlineWorker` for ``user_code``."""
-    if check_user_code(user_code) == "thread":
+def new_worker(
+    user_code: ServingUserCode | str, name: str, *, inline_operations: Collection[str] = ()
+) -> Worker:
+    """A :class:`ThreadWorker`, an :class:`InlineWorker` or (``"auto"``) an
+    :class:`AdaptiveWorker` that may run ``inline_operations`` inline."""
+    mode = check_serving_user_code(user_code)
+    if mode == "thread":
         return ThreadWorker(name)
+    if mode == "auto":
+        return AdaptiveWorker(name, inline_operations=inline_operations)
     return InlineWorker(name)
 
 
@@ -239,6 +272,9 @@ class InlineWorker(Worker):
     """
 
     user_code: UserCode = "inline"
+
+    def runs_inline(self, operation: str) -> bool:
+        return True
 
     async def run(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
         if self._closed:
@@ -580,3 +616,182 @@ class ThreadWorker(Worker):
         self._thread = thread
         # A worker dropped without aclose still ends its idle thread.
         weakref.finalize(self, self._jobs.put, _STOP)
+
+
+AUTO_THRESHOLD: Final = 5e-3
+"""Default :attr:`InlinePolicy.threshold`: a call this long (seconds) or longer is slow.
+
+CPython's default thread switch interval (``sys.getswitchinterval()``): a call shorter than
+that which holds the GIL keeps the event loop waiting about as long on a worker thread as
+it does inline, since the loop needs the GIL to run."""
+AUTO_PROMOTE: Final = 8
+"""Default :attr:`InlinePolicy.promote`: quick calls in a row before going inline."""
+AUTO_PROMOTE_MAX: Final = 1024
+"""The most quick calls in a row :class:`InlinePolicy` ever asks for."""
+AUTO_RELAX: Final = 8
+"""After this many times :attr:`InlinePolicy.needed` quick calls in a row, it halves."""
+
+
+class InlinePolicy:
+    """Decides, from the durations of a worker's recent calls, whether the next runs inline.
+
+    Pure bookkeeping (no clock, no I/O): its decisions are a function of the durations fed
+    to :meth:`observe`.
+
+    * A worker starts on its thread. After :attr:`needed` quick calls in a row (each
+      shorter than ``threshold``; ``promote`` at first), the next calls run inline.
+    * Any slow call (``threshold`` or longer, or abandoned) sends the worker back to its
+      thread and restarts the count. If that slow call ran inline (it blocked the event
+      loop), :attr:`needed` doubles, up to 1024.
+    * After ``8 × needed`` quick calls in a row, :attr:`needed` halves (down to
+      ``promote``): a machine so busy that a quick call is now and then descheduled for
+      longer than the threshold does not keep a quick object on its thread for good.
+
+    So a slow inline call blocks the loop at most once per :attr:`needed` quick calls,
+    and an object whose slow calls recur spends most of its calls on its thread.
+
+    Args:
+        threshold: seconds; a call that takes this long or longer is slow.
+        promote: quick calls in a row before calls first run inline (at least 1).
+    """
+
+    __slots__ = ("_needed", "_streak", "inline", "promote", "threshold")
+
+    def __init__(self, threshold: float = AUTO_THRESHOLD, promote: int = AUTO_PROMOTE) -> None:
+        if not threshold > 0:
+            raise ValueError(f"threshold must be > 0 seconds, got {threshold!r}")
+        if promote < 1:
+            raise ValueError(f"promote must be at least 1, got {promote!r}")
+        self.threshold = threshold
+        self.promote = promote
+        self._needed = promote
+        self._streak = 0
+        self.inline = False
+        """Whether the next call runs inline."""
+
+    @property
+    def needed(self) -> int:
+        """Quick calls in a row needed (now) before calls run inline."""
+        return self._needed
+
+    def observe(self, elapsed: float | None, *, ran_inline: bool) -> None:
+        """Account one finished call: ``elapsed`` seconds in user code (``None``: abandoned)."""
+        if elapsed is not None and elapsed < self.threshold:
+            streak = self._streak = self._streak + 1
+            if streak >= self._needed:
+                self.inline = True
+                if streak >= AUTO_RELAX * self._needed and self._needed > self.promote:
+                    self._needed = max(self._needed // 2, self.promote)
+                    self._streak = self._needed
+            return
+        self._streak = 0
+        self.inline = False
+        if ran_inline:
+            self._needed = min(self._needed * 2, AUTO_PROMOTE_MAX)
+
+
+def _timed(
+    clock: Callable[[], float], elapsed: list[float], fn: Callable[..., _T], args: tuple[Any, ...]
+) -> _T:
+    """Call ``fn(*args)`` (on the worker thread) and put its duration in ``elapsed``."""
+    started = clock()
+    try:
+        return fn(*args)
+    finally:
+        elapsed.append(clock() - started)
+
+
+class AdaptiveWorker(Worker):
+    """Runs quick calls inline and the others on a :class:`ThreadWorker` (``user_code="auto"``).
+
+    Only calls named in ``inline_operations`` (for an env server: ``env.step``) may run
+    inline, and only while :class:`InlinePolicy` says so from the durations of this
+    worker's recent calls of those operations, and while the thread is idle (no call
+    running, queued or abandoned there). Everything else (the first calls, reset, render,
+    close, calls after a slow one) runs on the thread exactly as :class:`ThreadWorker` runs
+    it. The object's calls still run one at a time, in call order, but not always on the
+    same thread: thread-affine code needs ``"thread"``.
+
+    An inline call cannot be interrupted: the event loop is blocked for as long as it runs
+    (one unexpectedly slow call blocks it once, for its whole duration; a call that hangs
+    after a run of quick ones hangs the loop). It never starts for a caller that is
+    already cancelled.
+
+    Args:
+        name: how errors and the thread name the object.
+        inline_operations: the operations that may run inline.
+        policy: when they do (default: ``InlinePolicy()``, 5 ms threshold).
+
+    Durations are measured with the trio run's clock (``trio.lowlevel.current_clock()``),
+    on whichever thread ran the call, so tests decide them with a ``MockClock``.
+    """
+
+    user_code: ServingUserCode = "auto"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        inline_operations: Collection[str],
+        policy: InlinePolicy | None = None,
+    ) -> None:
+        super().__init__(name)
+        self.policy = InlinePolicy() if policy is None else policy
+        self.inline_operations = frozenset(inline_operations)
+        self.thread = ThreadWorker(name)
+        """Where calls that do not run inline go."""
+
+    def statistics(self) -> WorkerStatistics:
+        on_thread = self.thread.statistics()
+        return WorkerStatistics(
+            self._calls + on_thread.calls,
+            on_thread.parked,
+            on_thread.abandoned,
+            on_thread.stuck_operation,
+        )
+
+    @property
+    def closed(self) -> bool:
+        return self.thread.closed
+
+    @property
+    def stuck_operation(self) -> str | None:
+        return self.thread.stuck_operation
+
+    def runs_inline(self, operation: str) -> bool:
+        """Whether a call of ``operation`` made now would run inline."""
+        thread = self.thread
+        return (
+            self.policy.inline
+            and operation in self.inline_operations
+            and thread._current is None
+            and not thread._waiters
+            and not thread._closed
+        )
+
+    async def run(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
+        if operation not in self.inline_operations:
+            return await self.thread.run(operation, fn, *args)
+        policy = self.policy
+        clock = trio.lowlevel.current_clock().current_time
+        if self.runs_inline(operation):
+            await trio.lowlevel.checkpoint_if_cancelled()
+            self._calls += 1
+            started = clock()
+            try:
+                return fn(*args)
+            finally:
+                policy.observe(clock() - started, ran_inline=True)
+        elapsed: list[float] = []
+        try:
+            return await self.thread.run(operation, _timed, clock, elapsed, fn, args)
+        finally:
+            # A refused call (closed, stuck) never ran and says nothing about the object's
+            # speed; one abandoned or refused because a call is stuck counts as slow.
+            if elapsed or self.thread._current is not None:
+                policy.observe(elapsed[0] if elapsed else None, ran_inline=False)
+
+    async def aclose(
+        self, operation: str = "close", fn: Callable[..., object] | None = None, *args: Any
+    ) -> None:
+        await self.thread.aclose(operation, fn, *args)

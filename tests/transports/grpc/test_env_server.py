@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import functools
 import struct
+import threading
 import zlib
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import trio
+from trio.testing import MockClock
 
 from trio_rlmesh.protocol import core_v1, env_v1, make_env_contract, meta_to_python, spaces_v1
 from trio_rlmesh.protocol._constants import META_CONFORMANCE_WARNING
@@ -391,6 +394,77 @@ async def test_timeout_answers_then_the_lane_is_busy_until_the_late_op_returns(
             closed = await join.call(close("c"))
             assert closed.close is not None
             assert closed.close.final_episodes[0].step_count == 1
+
+
+# ---------------------------------------------------------------- where env code runs
+
+
+class TimedEnv(ToyEnv):
+    """Each step takes ``durations[i]`` seconds of the run's MockClock (0 once they run
+    out) and records the thread it ran on."""
+
+    def __init__(self, clock: MockClock, durations: list[float]) -> None:
+        super().__init__(episode_length=100)
+        self.clock = clock
+        self.durations = durations
+        self.threads: list[int] = []
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        index = len(self.threads)
+        self.threads.append(threading.get_ident())
+        self.clock.jump(self.durations[index] if index < len(self.durations) else 0.0)
+        return super().step(action)
+
+
+async def test_auto_runs_quick_steps_inline_and_answers_a_late_inline_step_timeout(
+    backend: BackendName, address: Where, mock_clock: MockClock
+) -> None:
+    # The default user_code="auto": the first 8 steps run on the lane's worker thread;
+    # they were quick (no time passed), so the 9th runs inline on the event loop. It
+    # takes 2 s against a 1 s timeout: answered TIMEOUT, its result dropped (the tracker
+    # never counts it), and the lane goes back to its thread.
+    env = TimedEnv(mock_clock, [0.0] * 8 + [2.0])
+    loop = threading.get_ident()
+    with within(20):
+        async with (
+            serving(serve_env, env, address("env"), backend=backend) as served,
+            open_raw_client(served.address) as raw,
+            env_join(raw) as join,
+        ):
+            await join.call(reset("r", episode_ids=["e"]))
+            for k in range(8):
+                quick = await join.call(step(f"s{k}", 1, timeout_ms=1000))
+                assert quick.error is None
+            late = await join.call(step("late", 1, timeout_ms=1000))
+            assert late.error is not None
+            assert late.error.code == Code.TIMEOUT
+            assert late.error.is_recoverable
+            assert late.error.message == "env.step timed out after 1000ms"
+            after = await join.call(step("after", 1, timeout_ms=1000))
+            assert after.step is not None
+            assert obs_f32(after).tolist() == [10.0]
+            closed = await join.call(close("c"))
+            assert closed.close is not None
+            assert closed.close.final_episodes[0].step_count == 9
+    assert [thread == loop for thread in env.threads] == [False] * 8 + [True, False]
+
+
+@pytest.mark.parametrize("user_code", ["thread", "inline"])
+async def test_explicit_user_code_keeps_every_step_in_one_place(
+    backend: BackendName, address: Where, mock_clock: MockClock, user_code: str
+) -> None:
+    env = TimedEnv(mock_clock, [])
+    loop = threading.get_ident()
+    with within(20):
+        async with (
+            serving(serve_env, env, address("env"), backend=backend, user_code=user_code) as served,
+            open_raw_client(served.address) as raw,
+            env_join(raw) as join,
+        ):
+            await join.call(reset("r"))
+            for k in range(12):
+                assert (await join.call(step(f"s{k}", 1))).error is None
+    assert {thread == loop for thread in env.threads} == {user_code == "inline"}
 
 
 # --------------------------------------------------------------------------------- render

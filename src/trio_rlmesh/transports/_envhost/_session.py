@@ -99,6 +99,9 @@ async def run_plan(plan: Plan, run: Callable[[Call], Awaitable[Any]]) -> list[An
 def plan_timings(submitted_ns: int, results: Sequence[LaneResult]) -> tuple[int, int]:
     """``(user_ns, queue_ns)`` of a plan's results: the slowest lane's user time, and the
     longest wait before a lane's call began (``submitted_ns`` on the perf counter)."""
+    if len(results) == 1:
+        only = results[0]
+        return only.user_ns, max(0, only.started_ns - submitted_ns)
     user = max((r.user_ns for r in results), default=0)
     queue = max((max(0, r.started_ns - submitted_ns) for r in results), default=0)
     return user, queue

@@ -19,7 +19,15 @@ import numpy as np
 from ..._errors import CodecError, MetaConversionError
 from ...protocol import env_v1, python_to_meta, spaces_v1
 from ...protocol._internal import META_CONFORMANCE_WARNING, CarriedValue, carried_batch
-from ...spaces import Space, decode_batch, encode_batch, stack_lanes, unstack
+from ...spaces import (
+    Discrete,
+    MultiDiscrete,
+    Space,
+    decode_batch,
+    encode_batch,
+    stack_lanes,
+    unstack,
+)
 from ...spaces._internal import carry_batch, check_batch
 from ._errors import Code, WireError
 
@@ -50,6 +58,14 @@ class ValueGate:
     action_space: Space
     policy: ValidationPolicy = "warn"
     _warned: set[tuple[str, str]] = attrs.field(factory=set)
+    _decode_checks_actions: bool = attrs.field(init=False)
+    """Whether decoding an action batch already rejects all that checking it would find."""
+
+    def __attrs_post_init__(self) -> None:
+        # Decoding a Discrete or MultiDiscrete leaf yields an integer array of the exact
+        # shape and rejects values outside the domain (CodecError): conformance can find
+        # nothing more in it, so the per-step check is skipped.
+        self._decode_checks_actions = isinstance(self.action_space, Discrete | MultiDiscrete)
 
     def decode_actions(self, action: spaces_v1.SpaceValue | None, n: int) -> tuple[Any, list[Any]]:
         """The action batch of ``n`` lanes, and range warnings to report.
@@ -67,8 +83,9 @@ class ValueGate:
                 batch = decode_batch(self.action_space, leaves, n)
             except CodecError as exc:
                 raise WireError(Code.INVALID_ACTION, f"action does not decode: {exc}") from None
-        warnings = self._check("action", batch, n, Code.INVALID_ACTION)
-        return batch, warnings
+            if self._decode_checks_actions:
+                return batch, _NONE
+        return batch, self._check("action", batch, n, Code.INVALID_ACTION)
 
     def encode_observations(self, batch: Any, n: int) -> tuple[list[bytes], list[Any]]:
         """Leaves of a batched observation, and range warnings to report.

@@ -4,10 +4,13 @@ Theory of operation:
 
 * Written once over the backend interface, in trio, for both backends; the lifecycle,
   token, health, draining and the Join receive loop come from :mod:`._server`.
-* User env code runs in a worker per lane by default, so a slow or hung env stalls
-  neither health checks, nor other lanes, nor stopping; a lane's calls run in arrival
-  order. ``user_code="inline"`` runs them on the event loop instead (faster for envs
-  that are known to be quick; a hung env then hangs the server).
+* Each lane has a worker (``runtime._worker``); a lane's calls run in arrival order.
+  By default (``user_code="auto"``) a lane's steps run inline on the event loop while
+  its recent steps were quick, and everything else (the first steps, reset, render,
+  close, steps after a slow one) on the lane's worker thread, so a slow env stalls
+  neither health checks, nor other lanes, nor stopping. ``"thread"`` always uses the
+  thread (a hung step can always be abandoned); ``"inline"`` never does (a hung env
+  hangs the server). docs/serving.md says what each costs.
 * One Join at a time. A lockstep (vector) env handles the stream's requests one after the
   other. A lane endpoint (one scalar env per lane, ``subset_step``) runs every
   reset/step/render as its own task and answers in completion order (replies carry the
@@ -42,7 +45,12 @@ from ...protocol._internal import (
     encode_env_join_response,
     encode_env_timing_tail,
 )
-from ...runtime._internal import UserCode, WorkerUnavailable, check_user_code, new_worker
+from ...runtime._internal import (
+    ServingUserCode,
+    WorkerUnavailable,
+    check_serving_user_code,
+    new_worker,
+)
 from .._envhost import (
     Call,
     Code,
@@ -76,14 +84,23 @@ CLOSE_TIMEOUT: Final = 5.0
 AutoresetName = Literal["next-step", "disabled"]
 
 
+INLINE_OPERATIONS: Final = ("env.step",)
+"""What ``user_code="auto"`` may run inline (when the lane's recent steps were quick)."""
+
+
 class _Lanes:
     """Runs each lane's env calls in order, on that lane's worker (see ``runtime._worker``)."""
 
-    def __init__(self, count: int, user_code: UserCode, env_id: str) -> None:
+    def __init__(self, count: int, user_code: ServingUserCode, env_id: str) -> None:
         self.inline = user_code == "inline"
         self._workers = [
-            new_worker(user_code, f"env {env_id} lane {lane}") for lane in range(count)
+            new_worker(user_code, f"env {env_id} lane {lane}", inline_operations=INLINE_OPERATIONS)
+            for lane in range(count)
         ]
+
+    def runs_inline(self, calls: list[Call]) -> bool:
+        """Whether ``calls`` is one call that its lane's worker would run inline now."""
+        return len(calls) == 1 and self._workers[calls[0].lane].runs_inline(calls[0].operation)
 
     async def run(self, call: Call) -> Any:
         try:
@@ -236,6 +253,14 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
         if not timeout_ms or lanes.inline:
             # Inline env code cannot be interrupted, so no deadline scope for it.
             results = await run_plan(plan, lanes.run)
+        elif lanes.runs_inline(plan.calls):
+            # user_code="auto" runs this call inline: no scope could interrupt it, so a
+            # call that outlasted the deadline is answered TIMEOUT afterwards (its result
+            # dropped, as a late call on a worker thread is).
+            started = trio.current_time()
+            results = await run_plan(plan, lanes.run)
+            if trio.current_time() - started >= timeout_ms / 1000:
+                raise self._timed_out(plan, timeout_ms, op)
         else:
             # At the deadline the late call keeps its lane's worker, and nothing after the
             # wait (the tracker included) runs for it.
@@ -243,15 +268,14 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
                 results = await run_plan(plan, lanes.run)
                 context.user_ns, context.queue_ns = _timings(submitted, results)
                 return results
-            if (
-                op == "env.reset"
-                and plan.request.env_indices
-                and not self.env.host.lanes_individually
-            ):
-                op = "env.reset_subset"
-            raise WireError(Code.TIMEOUT, f"{op} timed out after {timeout_ms}ms")
+            raise self._timed_out(plan, timeout_ms, op)
         context.user_ns, context.queue_ns = _timings(submitted, results)
         return results
+
+    def _timed_out(self, plan: Plan, timeout_ms: int, op: str) -> WireError:
+        if op == "env.reset" and plan.request.env_indices and not self.env.host.lanes_individually:
+            op = "env.reset_subset"
+        return WireError(Code.TIMEOUT, f"{op} timed out after {timeout_ms}ms")
 
     async def _answer(self, context: _Request, response: env_v1.JoinResponse) -> None:
         response.request_id = context.request_id
@@ -269,6 +293,8 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
 
 
 def _timings(submitted: int, results: list[Any]) -> tuple[int, int]:
+    if len(results) == 1 and isinstance(results[0], LaneResult):
+        return plan_timings(submitted, results)  # one call: no list to filter
     lane_results = [r for r in results if isinstance(r, LaneResult)]
     if not lane_results:
         return 0, 0
@@ -304,7 +330,7 @@ async def serve_env(
     idle_timeout: float | None = None,
     drain_timeout: float | None = 5.0,
     validation: ValidationPolicy | None = None,
-    user_code: UserCode = "thread",
+    user_code: ServingUserCode = "auto",
     backend: BackendName = "trio",
     settings: GrpcSettings = DEFAULT_SETTINGS,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
@@ -338,10 +364,14 @@ async def serve_env(
         validation: conformance policy for actions and observations: ``"warn"`` (range
             deviations reported once in infos), ``"strict"`` (rejected) or ``"off"``.
             ``None`` reads ``RLMESH_VALIDATION_POLICY`` as RLMesh's servers do (default warn).
-        user_code: ``"thread"`` (default): env code runs on one worker thread per lane, so
-            a slow lane stalls nothing else and a stuck one can be abandoned at stop;
-            ``"inline"``: on the event loop, faster for quick envs, but a hung step hangs
-            the server.
+        user_code: ``"auto"`` (default): a lane's steps run on the event loop once its last
+            8 steps each took under 5 ms, and on the lane's worker thread otherwise (the
+            first steps, reset, render, close, and after any slow step); one step that is
+            unexpectedly slow blocks the loop for its duration, then the lane goes back to
+            its thread. ``"thread"``: env code always runs on one worker thread per lane,
+            so a slow lane stalls nothing else and a stuck one can be abandoned at stop.
+            ``"inline"``: always on the event loop, fastest for quick envs, but a hung step
+            hangs the server.
         backend: ``"trio"`` (default) or ``"grpclib"``.
         settings: message size limit, keepalive and flow-control windows.
 
@@ -353,7 +383,7 @@ async def serve_env(
     check_backend(backend)
     if token is not None and not token:
         raise ValueError("token must not be empty (pass None to serve without one)")
-    user_code = check_user_code(user_code)
+    user_code = check_serving_user_code(user_code)
     mode = _autoreset_mode(autoreset)
     if validation not in (None, "warn", "strict", "off"):
         raise ValueError(f"validation must be 'warn', 'strict' or 'off', got {validation!r}")
