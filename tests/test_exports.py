@@ -182,6 +182,7 @@ PUBLIC: dict[str, list[str]] = {
     "trio_rlmesh.transports.inprocess": [
         "GymEnvRuntimeEnv",
         "ModelHandlerRuntimeModel",
+        "link_in_process",
     ],
 }
 

@@ -305,6 +305,11 @@ async def _prepare(
     contract = env.contract
     num_envs = max(1, int(contract.num_envs))
     _check_drivable(num_envs, env.subset_step, options)
+    if fleet is None:
+        from .transports.inprocess import link_in_process
+
+        # An env object and a model object: values pass between them as they are.
+        link_in_process(env.runtime, model)
     # The runtime is the env-id authority: the route resolves under the id the session
     # will use, before any step, exactly as the served path does at ResolveAdapter.
     env_id = mint_uuid7()

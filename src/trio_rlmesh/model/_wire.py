@@ -9,7 +9,9 @@ import attrs
 
 from .._errors import Error, ModelError
 from ..protocol import SUPPORTED_WORKFLOW_EDITIONS, WORKFLOW_EDITION, model_v1, spaces_v1
+from ..protocol._internal import CarriedValue, carried_batch
 from ..spaces import Space, decode_batch, decode_lanes, encode_lanes
+from ..spaces._internal import carry_lanes
 from ._handler import (
     EpisodeRef,
     HistoryRow,
@@ -184,7 +186,9 @@ def observation_from_request(
         raise _invalid(f"predict request for env {context.env_id!r}: observation absent")
     n = len(episodes)
     try:
-        batch = decode_batch(space, request.observation.leaves, n)
+        batch = carried_batch(request.observation, space, n)
+        if batch is None:
+            batch = decode_batch(space, request.observation.leaves, n)
         history = (
             ()
             if not request.history
@@ -226,7 +230,7 @@ def _bad_action(model: str, env_id: str) -> str:
 
 
 def _encode_frame(
-    space: Space, actions: Sequence[Any], *, model: str, env_id: str, frame: int
+    space: Space, actions: Sequence[Any], *, model: str, env_id: str, frame: int, carry: bool
 ) -> spaces_v1.SpaceValue:
     nan = find_nan(space, actions)
     if nan is not None:
@@ -241,6 +245,8 @@ def _encode_frame(
             code="INTERNAL",
         )
     try:
+        if carry:
+            return CarriedValue(space, carry_lanes(space, actions), len(actions))
         return spaces_v1.SpaceValue(leaves=encode_lanes(space, actions))
     except Error as exc:
         failure: Error = exc
@@ -262,9 +268,11 @@ def _encode_frame(
 
 
 def encode_frames(
-    frames: PredictFrames, space: Space, n: int, *, model: str, env_id: str
+    frames: PredictFrames, space: Space, n: int, *, model: str, env_id: str, carry: bool = False
 ) -> list[spaces_v1.SpaceValue]:
-    """Frame 0 and every replay frame of a group, each checked and encoded as ``n`` lanes.
+    """Frame 0 and every replay frame of a group, each checked and encoded as ``n`` lanes
+    (with ``carry``, checked and carried instead: a
+    :class:`~trio_rlmesh.protocol._carried.CarriedValue` for an env in this process).
 
     Raises:
         ModelError: a frame with the wrong number of actions, or an action that does not
@@ -280,7 +288,9 @@ def encode_frames(
                 operation="model.predict",
                 code="INTERNAL",
             )
-        out.append(_encode_frame(space, frame, model=model, env_id=env_id, frame=index))
+        out.append(
+            _encode_frame(space, frame, model=model, env_id=env_id, frame=index, carry=carry)
+        )
     return out
 
 

@@ -9,6 +9,7 @@ module of the protocol package (``tests/test_layering.py`` checks that).
 
 from __future__ import annotations
 
+from ._carried import CarriedValue, carried_batch
 from ._checked import decode_checked
 from ._constants import (
     CAP_CONCURRENT_PREDICT,
@@ -70,6 +71,8 @@ __all__ = [
     "RESET_OPTION_TRIAL_INDEX",
     "WIRE_LEN",
     "WIRE_VARINT",
+    "CarriedValue",
+    "carried_batch",
     "decode_checked",
     "decode_env_join_request",
     "decode_env_join_response",

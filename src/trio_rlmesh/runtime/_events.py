@@ -18,6 +18,7 @@ import trio
 
 from .._errors import CodecError, Error, HookError, ProtocolError
 from ..protocol import env_v1, read_env_contract, spaces_v1, spec_to_space
+from ..protocol._internal import carried_batch
 from ..spaces import Space, decode_batch, encode_batch
 from ._calls import deadline_scope
 from ._episodes import EpisodeBook, EpisodeEnd, PlannedEpisode
@@ -159,7 +160,6 @@ class RunEvents:
         """``transform_observation`` (its batch replaces the plan's), ``observation_emitted``."""
         book, lanes = self._book, plan.lanes
         operation = "env.reset" if plan.is_reset else "env.step"
-        leaves: Sequence[bytes] = plan.observation.leaves
         event = ObservationEmitted(
             self._session_id,
             self._env_id,
@@ -167,16 +167,16 @@ class RunEvents:
             tuple(e for e, _ in book.episode_info(lanes)),
             book.slots[lanes[0]].steps,
             plan.is_reset,
-            self._decode("observation", leaves, len(lanes), operation, plan.lane, step),
+            self._decode("observation", plan.observation, len(lanes), operation, plan.lane, step),
         )
         replaced = await self._transform("transform_observation", event, plan.lane, step)
         if replaced is not None:
-            leaves = self._encode("observation", replaced, len(lanes), plan.lane, step)
-            plan.replace_observation(spaces_v1.SpaceValue(leaves=leaves))
+            value = spaces_v1.SpaceValue(
+                leaves=self._encode("observation", replaced, len(lanes), plan.lane, step)
+            )
+            plan.replace_observation(value)
             if self.dispatcher.wants("observation_emitted"):
-                decoded = self._decode(
-                    "observation", leaves, len(lanes), operation, plan.lane, step
-                )
+                decoded = self._decode("observation", value, len(lanes), operation, plan.lane, step)
                 event = attrs.evolve(event, observation=decoded)
         await self.dispatcher.fire("observation_emitted", event)
 
@@ -192,7 +192,7 @@ class RunEvents:
             tuple(book.step_ids(lanes)),
             book.slots[lanes[0]].steps + 1,
             replayed,
-            self._decode("action", frame.leaves, len(lanes), "model.predict", plan.lane, step),
+            self._decode("action", frame, len(lanes), "model.predict", plan.lane, step),
         )
         replaced = await self._transform("transform_action", event, plan.lane, step)
         if replaced is not None:
@@ -201,7 +201,7 @@ class RunEvents:
             )
             if self.dispatcher.wants("action_received"):
                 decoded = self._decode(
-                    "action", frame.leaves, len(lanes), "model.predict", plan.lane, step
+                    "action", frame, len(lanes), "model.predict", plan.lane, step
                 )
                 event = attrs.evolve(event, action=decoded)
         await self.dispatcher.fire("action_received", event)
@@ -219,15 +219,20 @@ class RunEvents:
     def _decode(
         self,
         payload: Payload,
-        leaves: Sequence[bytes],
+        value: spaces_v1.SpaceValue,
         n: int,
         operation: str,
         lane: int | None,
         step: int,
     ) -> Any:
-        """A payload's leaves as the numpy batch hooks receive."""
+        """A payload as the numpy batch hooks receive: the batch a value carries (in-process
+        runs), or its leaves decoded."""
+        space = self._space(payload)
+        carried = carried_batch(value, space, n)
+        if carried is not None:
+            return carried
         try:
-            return decode_batch(self._space(payload), leaves, n)
+            return decode_batch(space, value.leaves, n)
         except CodecError as exc:
             source = "env's observation" if payload == "observation" else "model's action"
             raise ProtocolError(

@@ -233,6 +233,15 @@ class _Node:
     def unstack(self, batch: Any, n: int) -> list[Any]:
         raise NotImplementedError
 
+    def carry(self, value: Any, n: int) -> Any:
+        """``decode(encode(value))`` without the bytes: the same checks, conversions and
+        errors as :meth:`encode`, and the value :meth:`decode` would give back."""
+        raise NotImplementedError
+
+    def carry_lanes(self, lanes: Sequence[Any]) -> Any:
+        """``carry(stack(lanes))``: the lanes checked one by one, then carried as a batch."""
+        return self.carry(self.stack(lanes, copy=False), len(lanes))
+
 
 class _Fixed(_Node):
     """A fixed-stride leaf: Box, Discrete, MultiBinary or MultiDiscrete."""
@@ -262,6 +271,40 @@ class _Fixed(_Node):
         if n:
             self.check_domain(array)
         out.append(array.tobytes())
+
+    def carry(self, value: Any, n: int) -> Any:
+        array = _as_array(value, self.path)
+        if array.shape != (n, *self.shape):
+            raise _shape_error(self.path, (n, *self.shape), array.shape)
+        # A copy either way (astype copies), so the carried batch never shares memory with
+        # the caller's arrays; read-only, like a decoded leaf.
+        array = (
+            array.copy() if array.dtype == self.np_dtype else _coerce(array, self.wire, self.path)
+        )
+        if n:
+            self.check_domain(array)
+        array.flags.writeable = False
+        return array
+
+    def carry_lanes(self, lanes: Sequence[Any]) -> Any:
+        if len(lanes) != 1:
+            return super().carry_lanes(lanes)
+        # One lane (every single-env predict): stack-then-carry in one pass, as encode_lanes.
+        array = _as_array(lanes[0], self.path)
+        if array.shape != self.shape:
+            raise CodecError(
+                "lane 0 has the wrong shape",
+                path=self.path,
+                expected=self.shape,
+                actual=array.shape,
+            )
+        batch = array[np.newaxis]
+        batch = (
+            batch.copy() if batch.dtype == self.np_dtype else _coerce(batch, self.wire, self.path)
+        )
+        self.check_domain(batch)
+        batch.flags.writeable = False
+        return batch
 
     def decode(self, leaves: Sequence[LeafBuffer], n: int, framed: bool) -> Any:
         buf = leaves[self.first]
@@ -455,6 +498,12 @@ class _TextNode(_Node):
         header = struct.pack(f"<{n + 1}Q", n, *(len(body) for body in bodies))
         out.append(header + b"".join(bodies))
 
+    def carry(self, value: Any, n: int) -> Any:
+        texts = self._strings(value, n)
+        for index, text in enumerate(texts):
+            self._utf8(text, index)
+        return tuple(texts)
+
     def decode(self, leaves: Sequence[LeafBuffer], n: int, framed: bool) -> Any:
         buf = leaves[self.first]
         size = _nbytes(buf, self.path)
@@ -560,6 +609,10 @@ class _DictNode(_Node):
     def decode(self, leaves: Sequence[LeafBuffer], n: int, framed: bool) -> Any:
         return {key: node.decode(leaves, n, framed) for key, node in self.children}
 
+    def carry(self, value: Any, n: int) -> Any:
+        fields = self._fields(value, None)
+        return {key: node.carry(fields[key], n) for key, node in self.children}
+
     def stack(self, lanes: Sequence[Any], copy: bool = True) -> Any:
         rows = [self._fields(lane, index) for index, lane in enumerate(lanes)]
         return {key: node.stack([row[key] for row in rows], copy) for key, node in self.children}
@@ -602,6 +655,10 @@ class _TupleNode(_Node):
 
     def decode(self, leaves: Sequence[LeafBuffer], n: int, framed: bool) -> Any:
         return tuple(node.decode(leaves, n, framed) for node in self.children)
+
+    def carry(self, value: Any, n: int) -> Any:
+        items = self._items(value, None)
+        return tuple(node.carry(item, n) for node, item in zip(self.children, items, strict=True))
 
     def stack(self, lanes: Sequence[Any], copy: bool = True) -> Any:
         rows = [self._items(lane, index) for index, lane in enumerate(lanes)]
@@ -775,6 +832,31 @@ def stack_lanes(space: Space, values: Sequence[Any], *, copy: bool = True) -> An
         CodecError: a lane does not have the space's structure or shape.
     """
     return _root(space).stack(values, copy=copy)
+
+
+def carry_batch(space: Space, value: Any, n: int) -> Any:
+    """A batch of ``n`` lanes as :func:`decode_batch` would give it back after
+    :func:`encode_batch`, without making the bytes: the same checks, conversions and
+    errors on the way in, and on the way out arrays of exactly the declared dtype and
+    shape, read-only and sharing no memory with ``value`` (Text a tuple of str, Dict a
+    dict in declared key order, Tuple a tuple).
+
+    For a value that stays in the process (an in-process env's observation on its way to
+    an in-process model): what would arrive, without the round trip.
+
+    Raises:
+        CodecError: the value does not fit the space (as :func:`encode_batch`).
+
+    Example:
+        >>> carry_batch(Discrete(3), [2, 0], 2)
+        array([2, 0])
+    """
+    return _root(space).carry(value, _check_n(n))
+
+
+def carry_lanes(space: Space, values: Sequence[Any]) -> Any:
+    """:func:`carry_batch` of single-lane values (checked as :func:`encode_lanes` does)."""
+    return _root(space).carry_lanes(values)
 
 
 def unstack(space: Space, batch: Any, n: int) -> list[Any]:

@@ -157,16 +157,20 @@ class EnvHost:
         """How many places run user code: one per lane, or one for a vector env."""
         return self.shape.num_lanes if self.shape.lanes_individually else 1
 
-    def session(self) -> EnvSession:
-        """A new client session (its own episode tracker)."""
-        return EnvSession(self)
+    def session(self, *, carry: bool = False) -> EnvSession:
+        """A new client session (its own episode tracker); with ``carry``, observations
+        are carried (:class:`~trio_rlmesh.protocol._carried.CarriedValue`) instead of
+        encoded, for a receiver in this process."""
+        return EnvSession(self, carry=carry)
 
 
 class EnvSession:
     """One client's session with an :class:`EnvHost`; see the module docstring."""
 
-    def __init__(self, host: EnvHost) -> None:
+    def __init__(self, host: EnvHost, *, carry: bool = False) -> None:
         self.host = host
+        self.carry = carry
+        """Answer observations as carried values (for a receiver in this process)."""
         shape = host.shape
         self.shape = shape
         self.gate = host.gate
@@ -237,11 +241,19 @@ class EnvSession:
         else:
             batch = self._stack([r.observation for r in results])
             info = merge_lane_infos([r.info for r in results])
-        leaves, warnings = self.gate.encode_observations(batch, len(lanes))
+        observation, warnings = self._observation(batch, len(lanes))
         infos = infos_to_meta(info, warnings)
         self.host.ever_reset.update(lanes)
         self.tracker.on_reset(lanes, request.episode_ids, request.seeds)
-        return env_v1.ResetResponse(observation=spaces_v1.SpaceValue(leaves=leaves), infos=infos)
+        return env_v1.ResetResponse(observation=observation, infos=infos)
+
+    def _observation(self, batch: Any, n: int) -> tuple[spaces_v1.SpaceValue, list[Any]]:
+        """The observation batch as the response carries it (encoded, or carried), and
+        its range warnings."""
+        if self.carry:
+            return self.gate.carry_observations(batch, n)
+        leaves, warnings = self.gate.encode_observations(batch, n)
+        return spaces_v1.SpaceValue(leaves=leaves), warnings
 
     def _stack(self, observations: list[Any]) -> Any:
         if len(observations) == 1:
@@ -307,7 +319,7 @@ class EnvSession:
             finals = [r.info if (r.terminated or r.truncated) else None for r in results]
             batch = gate.stack_observations([r.observation for r in results])
             info = merge_lane_infos([r.info for r in results])
-        leaves, warnings = gate.encode_observations(batch, count)
+        observation, warnings = self._observation(batch, count)
         all_warnings = plan.warnings + warnings if plan.warnings else warnings
         infos = infos_to_meta(info, all_warnings)
         width = self.shape.num_lanes
@@ -325,7 +337,7 @@ class EnvSession:
         ]
         completed = self.tracker.on_step(outcomes)
         return env_v1.StepResponse(
-            observation=spaces_v1.SpaceValue(leaves=leaves),
+            observation=observation,
             rewards=rewards,
             terminated_mask=bytes(term),
             truncated_mask=bytes(trunc),

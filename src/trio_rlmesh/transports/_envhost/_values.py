@@ -18,9 +18,9 @@ import numpy as np
 
 from ..._errors import CodecError, MetaConversionError
 from ...protocol import env_v1, python_to_meta, spaces_v1
-from ...protocol._internal import META_CONFORMANCE_WARNING
+from ...protocol._internal import META_CONFORMANCE_WARNING, CarriedValue, carried_batch
 from ...spaces import Space, decode_batch, encode_batch, stack_lanes, unstack
-from ...spaces._internal import check_batch
+from ...spaces._internal import carry_batch, check_batch
 from ._errors import Code, WireError
 
 __all__ = [
@@ -58,13 +58,15 @@ class ValueGate:
             WireError: INVALID_ACTION for undecodable or structurally wrong actions (or any
                 deviation under the strict policy).
         """
-        leaves = action.leaves if action is not None else []
-        if action is None or (not leaves and n):
-            raise WireError(Code.INVALID_ACTION, f"expected {n} actions, got 0")
-        try:
-            batch = decode_batch(self.action_space, leaves, n)
-        except CodecError as exc:
-            raise WireError(Code.INVALID_ACTION, f"action does not decode: {exc}") from None
+        batch = carried_batch(action, self.action_space, n)
+        if batch is None:
+            leaves = action.leaves if action is not None else []
+            if action is None or (not leaves and n):
+                raise WireError(Code.INVALID_ACTION, f"expected {n} actions, got 0")
+            try:
+                batch = decode_batch(self.action_space, leaves, n)
+            except CodecError as exc:
+                raise WireError(Code.INVALID_ACTION, f"action does not decode: {exc}") from None
         warnings = self._check("action", batch, n, Code.INVALID_ACTION)
         return batch, warnings
 
@@ -77,6 +79,16 @@ class ValueGate:
         warnings = self._check("observation", batch, n, Code.INTERNAL)
         try:
             return encode_batch(self.observation_space, batch, n), warnings
+        except CodecError as exc:
+            raise WireError(Code.INTERNAL, f"observation does not encode: {exc}") from None
+
+    def carry_observations(self, batch: Any, n: int) -> tuple[CarriedValue, list[Any]]:
+        """:meth:`encode_observations` for a receiver in this process: the same checks and
+        errors, and the batch as the receiver would decode it, carried instead of encoded."""
+        warnings = self._check("observation", batch, n, Code.INTERNAL)
+        space = self.observation_space
+        try:
+            return CarriedValue(space, carry_batch(space, batch, n), n), warnings
         except CodecError as exc:
             raise WireError(Code.INTERNAL, f"observation does not encode: {exc}") from None
 

@@ -428,6 +428,11 @@ class H2Connection:
     def open_streams(self) -> int:
         return len(self._streams)
 
+    @property
+    def inbound_room(self) -> int:
+        """How many more bytes of DATA the peer may send on the connection now."""
+        return self._h2.inbound_flow_control_window
+
     def streams(self) -> list[H2Stream]:
         """The streams currently open."""
         return list(self._streams.values())
@@ -658,21 +663,32 @@ class H2Connection:
     def acknowledge(self, stream_id: int, flow: int, *, now: bool = False) -> None:
         """Give the peer back ``flow`` bytes of credit on ``stream_id``.
 
-        Credit is owed until a quarter of the smaller window is (then all of it goes to h2,
-        which sends WINDOW_UPDATE by its own rules), so the peer always keeps at least
-        three quarters of its room; ``now`` hands over everything owed at once (held data
-        being released: the peer may be out of room).
+        This connection, not h2, decides when credit goes back (h2's own rule keeps up to
+        half of a window back, which together with held-back data can leave the peer with
+        no room at all). Credit is owed until a quarter of the smaller window is, then all
+        of it goes out as WINDOW_UPDATEs at once; ``now`` sends everything owed at once
+        (held data being released: the peer may be out of room), and so does a
+        connection window that has run low. So the peer's room is never short by more
+        than the held-back data and a quarter window.
         """
         if not flow or self._failure is not None:
             return
         owed = self._owed
         owed[stream_id] = owed.get(stream_id, 0) + flow
         self._owed_total += flow
-        if now or self._owed_total >= self._owed_limit:
-            self._owed, self._owed_total = {}, 0
-            for sid, credit in owed.items():
-                with contextlib.suppress(h2.exceptions.ProtocolError):
-                    self._h2.acknowledge_received_data(credit, sid)
+        if now or self._owed_total >= self._owed_limit or self.inbound_room < self._owed_limit:
+            self._give_credit()
+
+    def _give_credit(self) -> None:
+        owed, total = self._owed, self._owed_total
+        self._owed, self._owed_total = {}, 0
+        h2conn = self._h2
+        for sid, credit in owed.items():
+            # A stream that is over needs no credit; the connection still does.
+            with contextlib.suppress(KeyError, h2.exceptions.ProtocolError):
+                h2conn.increment_flow_control_window(credit, stream_id=sid)
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            h2conn.increment_flow_control_window(total)
 
     def _maybe_forget(self, stream: H2Stream) -> None:
         if stream.local_ended and stream.remote_ended:

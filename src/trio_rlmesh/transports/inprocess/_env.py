@@ -29,7 +29,7 @@ from ...runtime import EndpointTimings, EnvResetResult, EnvStepResult
 from ...runtime._internal import UserCode, WorkerUnavailable, check_user_code, new_worker
 from .._envhost import Call, Code, EnvHost, Plan, ValidationPolicy, WireError, run_plan
 
-__all__ = ["GymEnvRuntimeEnv"]
+__all__ = ["GymEnvRuntimeEnv", "link_in_process"]
 
 _R = TypeVar("_R", EnvResetResult, EnvStepResult)
 
@@ -153,6 +153,17 @@ class GymEnvRuntimeEnv:
     def _call_inline(plan: Plan) -> list[Any]:
         return [call.fn(*call.args) for call in plan.calls]
 
+    @property
+    def carry_values(self) -> bool:
+        """Whether observations are answered as carried values
+        (:class:`~trio_rlmesh.protocol._carried.CarriedValue`), not encoded leaves: for a
+        model in this process (:func:`link_in_process` sets it). Off by default."""
+        return self._session.carry
+
+    @carry_values.setter
+    def carry_values(self, value: bool) -> None:
+        self._session.carry = value
+
     async def reset(self, request: env_v1.ResetRequest) -> EnvResetResult:
         """Reset the lanes in ``request.env_indices`` (all when empty)."""
         session = self._session
@@ -237,3 +248,21 @@ class GymEnvRuntimeEnv:
 
 def _nothing() -> None:
     pass
+
+
+def link_in_process(env: object, model: object) -> bool:
+    """Let values pass between an in-process env and an in-process model as they are.
+
+    When ``env`` is a :class:`GymEnvRuntimeEnv` and ``model`` a
+    :class:`~trio_rlmesh.transports.inprocess.ModelHandlerRuntimeModel`, both answer with
+    carried values from now on (observations and actions are checked as always, but never
+    encoded to leaf bytes and decoded again), and this returns ``True``; otherwise it
+    changes nothing and returns ``False``. Only for a pair that talks to nobody else: a
+    carried value read by a wire encoder is encoded then, at extra cost.
+    """
+    from ._model import ModelHandlerRuntimeModel
+
+    if isinstance(env, GymEnvRuntimeEnv) and isinstance(model, ModelHandlerRuntimeModel):
+        env.carry_values = model.carry_values = True
+        return True
+    return False

@@ -89,6 +89,9 @@ class ModelHandlerRuntimeModel:
         """Each resolved route's contract, by env id: a fleet run resolves one route per
         endpoint, and the endpoints' envs need not be alike."""
         self._wants_history = wants_history
+        self.carry_values = False
+        """Answer actions as carried values, not encoded leaves: for an env in this
+        process (:func:`~trio_rlmesh.transports.inprocess.link_in_process` sets it)."""
         # The driver may evict episodes while a grouped predict is being prepared; the
         # handler sees one call at a time, as a served handler does.
         self._lock = trio.Lock()
@@ -276,6 +279,7 @@ class ModelHandlerRuntimeModel:
                     group.num_envs,
                     model=self.name,
                     env_id=group.env_id,
+                    carry=self.carry_values,
                 )
             except Error as exc:
                 results.append(exc)
