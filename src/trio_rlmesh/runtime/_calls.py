@@ -481,34 +481,20 @@ class PredictBatcher(Generic[_K]):
     is whatever the caller needs back to tell the requests apart (the driver's plan).
 
     A group goes as soon as the batcher wakes (after one extra scheduling pass, so lanes
-    woken together join it), unless ``wait`` is set: then it also waits, at most ``wait``
-    seconds from its first request, until every *participant* (each task that may
-    submit, counted by :meth:`join` and :meth:`leave`) has a request in it. A fleet's
-    endpoints answer at slightly different times; the bound keeps a slow one from holding
-    the others back for longer than ``wait``.
+    woken together join it). Subclasses may gather longer (:meth:`_gather`, woken by
+    :meth:`_arrived`): a fleet's batcher waits, bounded, for the other endpoints
+    (:class:`~trio_rlmesh.runtime._fleet.FleetBatcher`).
     """
 
-    def __init__(self, fused: FusedPredict[_K], *, wait: float = 0.0) -> None:
+    def __init__(self, fused: FusedPredict[_K]) -> None:
         self._fused = fused
-        self._wait = wait
         self._pending: list[_Waiter[_K]] = []
         self._wakeup = trio.Event()
-        self.participants = 0
-        """Tasks that may submit (only consulted when ``wait`` is set)."""
-
-    def join(self) -> None:
-        """One more task may submit."""
-        self.participants += 1
-
-    def leave(self) -> None:
-        """A task that joined will submit no more (a group waiting for it goes now)."""
-        self.participants -= 1
-        self._wakeup.set()
 
     async def submit(self, request: model_v1.PredictRequest, key: _K) -> ModelPrediction:
         waiter = _Waiter(request, key)
         self._pending.append(waiter)
-        self._wakeup.set()
+        self._arrived(key)
         try:
             await waiter.done.wait()
         except BaseException:
@@ -521,12 +507,12 @@ class PredictBatcher(Generic[_K]):
         assert waiter.outcome is not None
         return waiter.outcome
 
+    def _arrived(self, key: _K) -> None:
+        """``key``'s request is pending: wake the batcher."""
+        self._wakeup.set()
+
     async def _gather(self) -> None:
-        """Wait (bounded) until every participant has a request pending."""
-        with trio.move_on_after(self._wait):
-            while 0 < len(self._pending) < self.participants:
-                self._wakeup = trio.Event()
-                await self._wakeup.wait()
+        """Before a group goes: wait for more requests (here: not at all)."""
 
     async def serve(self) -> None:
         while True:
@@ -534,8 +520,7 @@ class PredictBatcher(Generic[_K]):
             self._wakeup = trio.Event()
             # One more scheduling pass lets lanes woken in the same batch join this group.
             await trio.lowlevel.checkpoint()
-            if self._wait > 0:
-                await self._gather()
+            await self._gather()
             batch, self._pending = self._pending, []
             if not batch:
                 continue

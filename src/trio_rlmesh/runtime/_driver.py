@@ -51,7 +51,7 @@ from ._spec import RuntimeSessionSpec, timeout_ms
 from ._telemetry import OpSinks, TelemetryRecorder
 
 if TYPE_CHECKING:
-    from ._fleet import Fleet
+    from ._fleet import Fleet, FleetBatcher
 
 __all__ = ["RuntimeDriver"]
 
@@ -148,7 +148,7 @@ class RuntimeDriver:
         self._lanes_scope: trio.CancelScope | None = None
         self._running_lanes = 0
         self._batcher: PredictBatcher[_Plan] | None = None
-        self._shared: PredictBatcher[tuple[RuntimeDriver, _Plan]] | None = (
+        self._shared: FleetBatcher[tuple[RuntimeDriver, _Plan]] | None = (
             fleet.batcher if fleet is not None else None
         )
         """The fleet's batcher, which fuses this driver's predicts with other endpoints'."""

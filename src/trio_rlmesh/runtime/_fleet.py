@@ -22,16 +22,16 @@ hook failure still fails the run, and so does losing every endpoint.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TypeAlias
+from typing import TypeAlias, TypeVar
 
 import attrs
 import trio
 
 from .._errors import Error, ModelError, ProtocolError
 from ..protocol import model_v1
-from ._calls import Call, Outcome, PredictBatcher, Prefetch, is_cancellation
+from ._calls import Call, FusedPredict, Outcome, PredictBatcher, Prefetch, is_cancellation
 from ._driver import RuntimeDriver
 from ._interfaces import RuntimeModel
 from ._plans import ActionPlan
@@ -40,7 +40,14 @@ from ._report import CANCELLED_BY_CALLER, EndpointReport, EpisodeRecord, RunStat
 from ._spec import RuntimeLimits
 from ._telemetry import TelemetryRecorder, TelemetryRow, merge_sessions
 
-__all__ = ["DEFAULT_FUSE_WAIT", "Fleet", "FleetRun", "is_endpoint_failure", "merge_reports"]
+__all__ = [
+    "DEFAULT_FUSE_WAIT",
+    "Fleet",
+    "FleetBatcher",
+    "FleetRun",
+    "is_endpoint_failure",
+    "merge_reports",
+]
 
 DEFAULT_FUSE_WAIT = 0.002
 """Seconds a fused predict waits for the fleet's other endpoints (see :class:`Fleet`)."""
@@ -49,6 +56,7 @@ FLEET_ROUTE = "fleet"
 """How a fused call's errors name the route: its requests come from several."""
 
 _Key: TypeAlias = tuple[RuntimeDriver, ActionPlan[Prefetch]]
+_K = TypeVar("_K", bound=Hashable)
 
 OpenDriver = Callable[[str, "Fleet"], AbstractAsyncContextManager[RuntimeDriver]]
 """Opens one endpoint and builds its driver (not yet run); closes the endpoint on exit."""
@@ -82,9 +90,9 @@ class Fleet:
         self.pool = pool
         self.telemetry = TelemetryRecorder()
         """The fused calls, once each (``model.predict`` round trip and group size)."""
-        self.batcher: PredictBatcher[_Key] | None = None
+        self.batcher: FleetBatcher[_Key] | None = None
         if model.fuses_predicts:
-            self.batcher = PredictBatcher(self._fused, wait=fuse_wait)
+            self.batcher = FleetBatcher(self._fused, wait=fuse_wait)
         self._call: Call[Sequence[model_v1.PredictRequest], list[Outcome]] = Call(
             "model.predict", "model_predict_timeout", limits.model_predict_timeout,
             model.predict_group, error_class=ModelError, route=FLEET_ROUTE,
@@ -99,10 +107,23 @@ class Fleet:
         self._changed = trio.Event()
 
     async def wait_for_work(self) -> None:
-        """Until an episode may start, or the run has every episode it needs."""
+        """Until an episode may start, or the run has every episode it needs.
+
+        A driver waiting here sends no predicts, so the batcher's groups do not wait for it
+        meanwhile.
+        """
         pool = self.pool
-        while not (pool.can_start() or pool.quota_reached):
-            await self._changed.wait()
+        if pool.can_start() or pool.quota_reached:
+            return
+        batcher = self.batcher
+        if batcher is not None:
+            batcher.leave()
+        try:
+            while not (pool.can_start() or pool.quota_reached):
+                await self._changed.wait()
+        finally:
+            if batcher is not None:
+                batcher.join()
 
     async def _fused(
         self, requests: Sequence[model_v1.PredictRequest], keys: Sequence[_Key]
@@ -121,7 +142,10 @@ class Fleet:
             outcomes = list(results)
         except Error as exc:
             outcomes = [exc] * len(requests)
-        ms = (trio.current_time() - started) * 1e3
+        finished = trio.current_time()
+        if self.batcher is not None:
+            self.batcher.served(keys, finished)
+        ms = (finished - started) * 1e3
         self._rpc(ms)
         self._size(len(requests))
         positions: dict[RuntimeDriver, list[int]] = {}
@@ -138,6 +162,88 @@ class Fleet:
             for position, outcome in zip(mine, settled, strict=True):
                 outcomes[position] = outcome
         return outcomes
+
+
+class FleetBatcher(PredictBatcher[_K]):
+    """The fleet's :class:`~trio_rlmesh.runtime._calls.PredictBatcher`: a group waits,
+    bounded, for the endpoints expected to join it, and only for those.
+
+    Every task that may submit (a driver's lane group) is a *participant*, counted by
+    :meth:`join` and :meth:`leave`. A group goes when every participant has a request in
+    it, or ``wait`` seconds after it started gathering, or as soon as no missing
+    participant is expected before then. An endpoint that was just answered is off
+    stepping its env: it is expected back one *turnaround* (its last time from an answer
+    to its next request) after that answer. So a group waits for participants not
+    answered yet and for those due within the bound (or overdue by less than it), and
+    ready rows never sit waiting for an endpoint a whole env step away. Keys must be
+    hashable: each names one participant.
+    """
+
+    def __init__(self, fused: FusedPredict[_K], *, wait: float) -> None:
+        super().__init__(fused)
+        self._wait = wait
+        self.participants = 0
+        """Tasks that may submit."""
+        self._away: dict[_K, float] = {}
+        """When each participant answered and not back yet got its answer."""
+        self._turnaround: dict[_K, float] = {}
+        """Each participant's last time from an answer to its next request (seconds)."""
+        self._deadline: float | None = None
+        """While a group gathers: when it goes at the latest."""
+
+    def join(self) -> None:
+        """One more task may submit."""
+        self.participants += 1
+
+    def leave(self) -> None:
+        """A task that joined will submit no more (a group waiting for it goes now)."""
+        self.participants -= 1
+        self._wakeup.set()
+
+    def served(self, keys: Sequence[_K], when: float) -> None:
+        """The requests of ``keys`` were answered at ``when``: those participants are away."""
+        away = self._away
+        for key in keys:
+            away[key] = when
+
+    def _arrived(self, key: _K) -> None:
+        answered = self._away.pop(key, None)
+        now = trio.current_time()
+        if answered is not None:
+            self._turnaround[key] = now - answered
+        deadline = self._deadline
+        # A gathering group is woken only when it may go: fewer task switches per row.
+        if deadline is None or not self._missing(now, deadline):
+            self._wakeup.set()
+
+    def _missing(self, now: float, deadline: float) -> bool:
+        """Whether the group should wait on: a participant without a request pending
+        may still join it before ``deadline``."""
+        pending = len(self._pending)
+        if pending >= self.participants:
+            return False
+        away = self._away
+        if pending + len(away) < self.participants:
+            return True  # a participant never answered yet: it may come any time
+        turnaround, since = self._turnaround, now - self._wait
+        for key, answered in away.items():
+            if since <= answered + turnaround.get(key, 0.0) <= deadline:
+                return True
+        return False
+
+    async def _gather(self) -> None:
+        if not self._pending:
+            return
+        now = trio.current_time()
+        self._deadline = deadline = now + self._wait
+        try:
+            with trio.move_on_at(deadline):
+                while self._pending and self._missing(now, deadline):
+                    self._wakeup = trio.Event()
+                    await self._wakeup.wait()
+                    now = trio.current_time()
+        finally:
+            self._deadline = None
 
 
 @attrs.define(eq=False)

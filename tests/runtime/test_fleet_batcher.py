@@ -1,0 +1,190 @@
+"""The fleet's predict batcher: a group waits, bounded, only for endpoints due to join it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import trio
+from trio.testing import MockClock
+
+from trio_rlmesh import Error
+from trio_rlmesh.protocol import model_v1
+from trio_rlmesh.runtime import ModelPrediction, RuntimeDriver, RuntimeLimits
+from trio_rlmesh.runtime._calls import Outcome
+from trio_rlmesh.runtime._fleet import Fleet, FleetBatcher, FleetRun
+from trio_rlmesh.runtime._pool import EpisodePool
+from trio_rlmesh.testing import FakeEnv, FakeModel
+
+
+def request(n: int) -> model_v1.PredictRequest:
+    return model_v1.PredictRequest(context=model_v1.AdapterContext(request_id=f"r{n}"))
+
+
+def recording(
+    groups: list[tuple[float, list[str]]], batcher: list[FleetBatcher[str]]
+) -> FleetBatcher[str]:
+    """A batcher whose fused call notes (time, keys) and answers everything, as a fleet's
+    does (``served`` included)."""
+
+    async def fused(
+        requests: Sequence[model_v1.PredictRequest], keys: Sequence[str]
+    ) -> list[Outcome]:
+        groups.append((trio.current_time(), sorted(keys)))
+        batcher[0].served(keys, trio.current_time())
+        return [ModelPrediction(model_v1.PredictResponse(context=r.context)) for r in requests]
+
+    batcher.append(FleetBatcher(fused, wait=5.0))
+    return batcher[0]
+
+
+async def test_a_waiting_batcher_goes_when_every_participant_is_in(
+    autojump_clock: MockClock,
+) -> None:
+    groups: list[tuple[float, list[str]]] = []
+
+    async def fused(
+        requests: Sequence[model_v1.PredictRequest], keys: Sequence[str]
+    ) -> list[Outcome]:
+        groups.append((trio.current_time(), sorted(keys)))
+        return [ModelPrediction(model_v1.PredictResponse(context=r.context)) for r in requests]
+
+    batcher: FleetBatcher[str] = FleetBatcher(fused, wait=5.0)
+    for _ in range(3):
+        batcher.join()
+
+    async def endpoint(name: str, ready_at: float) -> None:
+        await trio.sleep(ready_at)
+        await batcher.submit(request(0), name)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batcher.serve)
+        # Two arrive 1 s apart: the group waits for the third, which comes at 2 s.
+        nursery.start_soon(endpoint, "a", 0.0)
+        nursery.start_soon(endpoint, "b", 1.0)
+        nursery.start_soon(endpoint, "c", 2.0)
+        await trio.sleep(10)
+        # c never comes back (nobody knows when it will): a and b wait the whole bound
+        # (5 s), then go without it.
+        nursery.start_soon(endpoint, "a", 0.0)
+        nursery.start_soon(endpoint, "b", 0.0)
+        await trio.sleep(20)
+        # c leaves: a group waiting for it goes at once.
+        nursery.start_soon(endpoint, "a", 0.0)
+        nursery.start_soon(endpoint, "b", 0.0)
+        await trio.sleep(1)
+        batcher.leave()
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert groups == [
+        (2.0, ["a", "b", "c"]),
+        (15.0, ["a", "b"]),
+        (31.0, ["a", "b"]),
+    ]
+
+
+async def test_a_group_does_not_wait_for_an_endpoint_a_whole_turnaround_away(
+    autojump_clock: MockClock,
+) -> None:
+    groups: list[tuple[float, list[str]]] = []
+    batcher = recording(groups, [])
+    turnaround = {"a": 2.0, "b": 2.0, "c": 10.0}  # c's env steps slowly
+
+    async def endpoint(name: str) -> None:
+        batcher.join()
+        while True:
+            await batcher.submit(request(0), name)
+            await trio.sleep(turnaround[name])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batcher.serve)
+        for name in "abc":
+            nursery.start_soon(endpoint, name)
+        await trio.sleep(16)
+        nursery.cancel_scope.cancel()
+    assert groups == [
+        (0.0, ["a", "b", "c"]),
+        # c's turnaround is not known yet: a and b wait the bound for it.
+        (7.0, ["a", "b"]),
+        # c is overdue by more than the bound: not waited for.
+        (9.0, ["a", "b"]),
+        # c is in at 10; a and b are due at 11, within the bound: c waits for them.
+        (11.0, ["a", "b", "c"]),
+        # From now on c is due 10 s after its answer, past every bound: no waiting.
+        (13.0, ["a", "b"]),
+        (15.0, ["a", "b"]),
+    ]
+
+
+async def test_a_cancelled_submit_does_not_reach_the_model(autojump_clock: MockClock) -> None:
+    groups: list[tuple[float, list[str]]] = []
+    batcher = recording(groups, [])
+    batcher.join()
+    batcher.join()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batcher.serve)
+        with trio.move_on_after(1):
+            await batcher.submit(request(0), "gone")
+        await trio.sleep(10)
+        nursery.cancel_scope.cancel()
+    assert groups == []
+
+
+async def test_a_driver_waiting_for_work_is_not_waited_for(autojump_clock: MockClock) -> None:
+    pool = EpisodePool(max_episodes=1)
+    fleet = Fleet(pool, FakeModel(fuses_predicts=True), RuntimeLimits(), fuse_wait=5.0)
+    batcher = fleet.batcher
+    assert batcher is not None
+    batcher.join()
+    batcher.join()
+    pool.claim("elsewhere")  # the one episode runs on another endpoint: nothing to start
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fleet.wait_for_work)
+        await trio.sleep(1)
+        assert batcher.participants == 1
+        pool.complete(0)
+        fleet.changed()
+        await trio.sleep(1)
+    assert batcher.participants == 2
+
+
+class TimedModel(FakeModel):
+    """Notes the trio time of each fused call."""
+
+    called: list[float]
+
+    async def predict_group(
+        self, requests: Sequence[model_v1.PredictRequest]
+    ) -> list[ModelPrediction | Error]:
+        self.called = [*getattr(self, "called", []), trio.current_time()]
+        return await super().predict_group(requests)
+
+
+async def test_a_slow_endpoint_does_not_hold_back_a_fleets_predicts(
+    autojump_clock: MockClock,
+) -> None:
+    """End to end through the drivers: the fast endpoint's predicts wait for the slow one
+    only while its timing is unknown, so the fast endpoint gets through its episodes in
+    about the time of its own steps."""
+    fast = FakeEnv(episode_length=5, delays={"env.step": 1.0})
+    slow = FakeEnv(episode_length=5, delays={"env.step": 30.0})
+    envs = {"fast:1": fast, "slow:1": slow}
+    model = TimedModel(fuses_predicts=True)
+    pool = EpisodePool(max_episodes=4)
+    fleet = Fleet(pool, model, RuntimeLimits(env_step_timeout=100.0), fuse_wait=3.0)
+    run = FleetRun(list(envs), fleet, session_id="s")
+
+    @asynccontextmanager
+    async def open_driver(address: str, fleet: Fleet) -> AsyncIterator[RuntimeDriver]:
+        env = envs[address]
+        yield RuntimeDriver(env.session_spec(max_episodes=4), env, model, fleet=fleet)
+
+    report = await run.run(open_driver)
+    assert report.status == "completed"
+    counts = {part.endpoint: part.episodes for part in report.endpoints}
+    assert counts == {"fast:1": 3, "slow:1": 1}
+    # 15 fast steps of 1 s, one predict before each: the fast endpoint's predicts waited
+    # for the slow one at most twice (while its turnaround was unknown, then once while
+    # it was overdue), never the bound every time.
+    assert len(model.group_sizes) >= 15
+    assert model.called[14] <= 15.0 + 2 * 3.0
