@@ -46,12 +46,24 @@ async def served(count: int, make: Any = lambda: gym.make(CARTPOLE)) -> AsyncIte
 @asynccontextmanager
 async def processes(count: int, tmp: Path) -> AsyncIterator[list[tuple[str, trio.Process]]]:
     async with AsyncExitStack() as stack:
-        started = []
-        for k in range(count):
+        started: list[tuple[str, trio.Process]] = []
+
+        async def start(k: int) -> None:
             (tmp / str(k)).mkdir()
-            started.append(
-                await stack.enter_async_context(env_process("gymnasium:CartPole-v1", tmp / str(k)))
+            entered = await stack.enter_async_context(
+                env_process("gymnasium:CartPole-v1", tmp / str(k))
             )
+            slots[k] = entered
+
+        # Started side by side, so the children's interpreter startups overlap; the list
+        # keeps the order k = 0..count-1 whichever child is ready first.
+        slots: list[tuple[str, trio.Process] | None] = [None] * count
+        async with trio.open_nursery() as nursery:
+            for k in range(count):
+                nursery.start_soon(start, k)
+        for entry in slots:
+            assert entry is not None
+            started.append(entry)
         yield started
 
 
