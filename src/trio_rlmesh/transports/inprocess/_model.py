@@ -286,10 +286,11 @@ class ModelHandlerRuntimeModel:
         """One group's answer checked and encoded (or carried), or its error."""
         if isinstance(answer, BaseException):
             return self._wrap(answer, group.env_id, "model.predict")
+        space = group.action_space
         try:
             actions = encode_frames(
                 answer,
-                self._route_contract(group.env_id).action_space,
+                space if space is not None else self._route_contract(group.env_id).action_space,
                 group.num_envs,
                 model=self.name,
                 env_id=group.env_id,
