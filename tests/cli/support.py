@@ -52,6 +52,26 @@ def read_line(stream: object, timeout: float, *, what: str = "a line") -> str:
     return stream.readline()  # type: ignore[attr-defined, no-any-return]
 
 
+def wait_for(process: subprocess.Popen[str], text: str, timeout: float = 60.0) -> None:
+    """Read the process's stderr until a line contains ``text``.
+
+    AssertionError after ``timeout`` seconds, or at once when stderr ends first (the
+    process exited: its status is in the message).
+    """
+    assert process.stderr is not None
+    deadline = time.monotonic() + timeout
+    while True:
+        line = read_line(process.stderr, max(0.0, deadline - time.monotonic()), what=repr(text))
+        if text in line:
+            return
+        if not line:  # end of the stream
+            try:
+                status: int | None = process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                status = None
+            raise AssertionError(f"stderr ended (exit status {status}) before {text!r}")
+
+
 def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 30) -> int:
     """Signal ``process`` and wait for it (killing it after ``timeout``); its exit status."""
     if process.poll() is None:

@@ -20,7 +20,7 @@ import pytest
 
 from trio_rlmesh._cli._exit import Interrupts
 
-from .support import read_line, start, stop
+from .support import read_line, start, stop, wait_for
 
 pytestmark = pytest.mark.network
 
@@ -37,18 +37,6 @@ SLOW_ENV = (
 )
 
 
-def _wait_for(process: subprocess.Popen[str], text: str) -> None:
-    """Read the process's stderr until a line contains ``text``."""
-    assert process.stderr is not None
-    deadline = time.monotonic() + WAIT
-    while True:
-        line = read_line(process.stderr, max(0.0, deadline - time.monotonic()), what=repr(text))
-        if text in line:
-            return
-        if not line and process.poll() is not None:
-            raise AssertionError(f"exited with {process.returncode} before printing {text!r}")
-
-
 def _signal_and_time(
     process: subprocess.Popen[str], sig: signal.Signals, *, again: bool = False
 ) -> tuple[int, float]:
@@ -56,7 +44,7 @@ def _signal_and_time(
     sent = time.monotonic()
     process.send_signal(sig)
     if again:
-        _wait_for(process, f"stopping after {sig.name}")
+        wait_for(process, f"stopping after {sig.name}")
         sent = time.monotonic()
         process.send_signal(sig)
     status = process.wait(timeout=WAIT)
@@ -88,7 +76,7 @@ def test_a_signal_cancels_a_run_and_keeps_every_finished_episode(
 ) -> None:
     out = tmp_path / "report.json"
     run = _run(processes, out, "--env", "tests.cli.envs:Counter", "--env-arg", "announce=true")
-    _wait_for(run, "counter: reset 3")  # two episodes are counted by now
+    wait_for(run, "counter: reset 3")  # two episodes are counted by now
     status, took = _signal_and_time(run, sig)
     assert status == 130
     assert took < RUN_BOUND
@@ -109,7 +97,7 @@ def test_a_run_stuck_in_cleanup_still_ends_within_2_s(
 ) -> None:
     out = tmp_path / "report.json"
     run = _run(processes, out, *SLOW_ENV)
-    _wait_for(run, "counter: slow step")  # closing the env session now waits for this step
+    wait_for(run, "counter: slow step")  # closing the env session now waits for this step
     status, took = _signal_and_time(run, signal.SIGINT)
     assert status == 130
     assert took < RUN_BOUND
@@ -125,7 +113,7 @@ def test_a_second_signal_ends_a_run_at_once(
 ) -> None:
     out = tmp_path / "report.json"
     run = _run(processes, out, *SLOW_ENV)
-    _wait_for(run, "counter: slow step")
+    wait_for(run, "counter: slow step")
     status, took = _signal_and_time(run, signal.SIGINT, again=True)
     assert status == 130
     assert took < AT_ONCE
@@ -168,7 +156,7 @@ def _busy_server(processes: list[subprocess.Popen[str]], kind: str) -> subproces
     server, address = _server(processes, argv)
     side = "--env" if kind == "serve-env" else "--model"
     processes.append(start(["run", side, address, *client, "--episodes", "100", "--no-progress"]))
-    _wait_for(server, busy)
+    wait_for(server, busy)
     return server
 
 

@@ -6,6 +6,7 @@ synchronous functions, as a training script would be.
 
 from __future__ import annotations
 
+import _thread
 import gc
 import os
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +193,20 @@ def test_an_env_left_open_at_exit_does_not_hang_the_interpreter() -> None:
             env.reset()
 
 
-def test_ctrl_c_during_a_step_cancels_it_and_the_env_stays_usable() -> None:
+def _send_sigint() -> None:
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+
+def _trip_sigint() -> None:
+    # Trips SIGINT's handler without a signal: no blocking wait is interrupted. That is
+    # what a real Ctrl-C looks like when it lands just before the caller starts waiting.
+    _thread.interrupt_main(signal.SIGINT)
+
+
+@pytest.mark.parametrize("interrupt", [_send_sigint, _trip_sigint], ids=["signal", "tripped"])
+def test_ctrl_c_during_a_step_cancels_it_and_the_env_stays_usable(
+    interrupt: Callable[[], None],
+) -> None:
     env_code = BlockingEnv()
     with served_in_thread(env_code) as address, RemoteEnv(address) as env:
         env.reset(seed=0)
@@ -199,7 +214,7 @@ def test_ctrl_c_during_a_step_cancels_it_and_the_env_stays_usable() -> None:
 
         def interrupt_once_entered() -> None:
             env_code.entered.wait(30)
-            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            interrupt()
 
         interrupter = threading.Thread(target=interrupt_once_entered)
         interrupter.start()

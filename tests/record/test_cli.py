@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import trio_rlmesh
 from trio_rlmesh._cli import main
 from trio_rlmesh.record import RecordOptions, _options
 
-from ..cli.support import read_line, serving, start, stop
+from ..cli.support import serving, start, stop, wait_for
 from .envs import Cycle, Stepper, needs_minari, read_video, rollout
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -158,12 +157,6 @@ def test_show_names_a_directory_without_a_dataset(
     assert f"trio-rlmesh show: {tmp_path / 'nothing-v0'}" in capsys.readouterr().err
 
 
-def _wait_for(stream: Any, text: str) -> None:
-    deadline = time.monotonic() + 60
-    while text not in read_line(stream, max(0.0, deadline - time.monotonic()), what=repr(text)):
-        pass
-
-
 def _recorded_run(out: Path, path: Path) -> Any:
     return start(
         [
@@ -180,7 +173,7 @@ def test_sigint_leaves_a_dataset_of_exactly_the_reports_episodes(tmp_path: Path)
     out, path = tmp_path / "report.json", tmp_path / "counter-v0"
     run = _recorded_run(out, path)
     try:
-        _wait_for(run.stderr, "counter: reset 40")
+        wait_for(run, "counter: reset 40")
         run.send_signal(signal.SIGINT)
         assert run.wait(timeout=60) == 130
     finally:
@@ -200,9 +193,9 @@ def test_a_second_sigint_leaves_a_loadable_prefix_of_the_reports_episodes(
     out, path = tmp_path / "report.json", tmp_path / "counter-v0"
     run = _recorded_run(out, path)
     try:
-        _wait_for(run.stderr, "counter: reset 40")
+        wait_for(run, "counter: reset 40")
         run.send_signal(signal.SIGINT)
-        _wait_for(run.stderr, "stopping after SIGINT")
+        wait_for(run, "stopping after SIGINT")
         run.send_signal(signal.SIGINT)
         assert run.wait(timeout=60) == 130
     finally:

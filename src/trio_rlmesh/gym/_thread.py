@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Generic, TypeVar
@@ -34,12 +35,33 @@ import trio
 
 from .._errors import TransportError
 
-__all__ = ["CANCEL_WAIT", "TrioThread"]
+__all__ = ["CANCEL_WAIT", "SIGNAL_POLL", "TrioThread"]
 
 T = TypeVar("T")
 
 CANCEL_WAIT: Final = 5.0
 """Seconds an interrupted caller waits for its cancelled call to end."""
+
+SIGNAL_POLL: Final = 0.2
+"""Longest slice, in seconds, of a caller's wait: a signal is noticed within it."""
+
+
+def _wait(lock: threading.Lock, timeout: float | None = None) -> bool:
+    """Acquire ``lock`` (within ``timeout`` seconds, if given); noticing signals meanwhile.
+
+    CPython runs a signal's Python handler (Ctrl-C's ``KeyboardInterrupt``) when a blocking
+    wait is interrupted or returns. A signal that arrives after the interpreter's last check
+    but before the thread is asleep in the wait (a thread preempted there on a loaded
+    machine; or one tripped with ``_thread.interrupt_main``) interrupts nothing, and would
+    wait for the lock. Waiting in slices of :data:`SIGNAL_POLL` seconds bounds that delay.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = SIGNAL_POLL if deadline is None else min(SIGNAL_POLL, deadline - time.monotonic())
+        if lock.acquire(timeout=max(left, 0.0)):
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
 
 
 class _Job:
@@ -117,7 +139,7 @@ class TrioThread(Generic[T]):
             target=trio.run, args=(self._main, open_resource), name=name, daemon=True
         )
         self._thread.start()
-        self._opened.lock.acquire()
+        _wait(self._opened.lock)
         if self._opened.error is not None:
             self._thread.join()
             error, self._opened.error = self._opened.error, None
@@ -207,7 +229,7 @@ class TrioThread(Generic[T]):
                 submitted = self._submit(job)
                 if not submitted:
                     raise TransportError("the remote env is closed")
-                job.lock.acquire()
+                _wait(job.lock)
             except BaseException:
                 if submitted:
                     self._cancel(job)
@@ -230,7 +252,7 @@ class TrioThread(Generic[T]):
             token.run_sync_soon(job.scope.cancel)
         except trio.RunFinishedError:
             return
-        job.lock.acquire(timeout=CANCEL_WAIT)
+        _wait(job.lock, CANCEL_WAIT)
 
     def close(self) -> None:
         """Leave the resource's context and end the thread; idempotent, never raises.
