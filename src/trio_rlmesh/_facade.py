@@ -22,7 +22,7 @@ import trio
 
 from ._errors import SpecError
 from .protocol import WORKFLOW_EDITION
-from .runtime._internal import UserCode, check_user_code
+from .runtime._internal import ServingUserCode, UserCode, check_serving_user_code
 
 if TYPE_CHECKING:
     from .model import ModelHandler
@@ -39,11 +39,11 @@ def _seeds(value: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
-def _user_code(value: str | None) -> UserCode | None:
+def _user_code(value: str | None) -> ServingUserCode | None:
     if value is None:
         return None
     try:
-        return check_user_code(value)
+        return check_serving_user_code(value)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
 
@@ -140,15 +140,17 @@ class RunLocalOptions:
     fuse_wait: float = attrs.field(default=0.002, converter=_fuse_wait)
     """Fleet runs: how long (seconds) a fused predict waits for every endpoint's request
     before it goes without the ones not yet ready (0: take what is ready)."""
-    user_code: UserCode | None = attrs.field(default=None, converter=_user_code)
+    user_code: ServingUserCode | None = attrs.field(default=None, converter=_user_code)
     """Where in-process user code (the model's, and the env's when it is hosted here) runs.
     ``"thread"``: on a worker thread of its own, so ``limits.model_predict_timeout`` and
     cancellation (Ctrl-C) can abandon a call that hangs. ``"inline"``: on the trio thread,
     a thread hand-off (tens of µs) cheaper per call, but a blocking call then freezes the
-    event loop, no deadline fires and Ctrl-C waits for it. ``None`` (the default):
-    ``"inline"`` when the env is hosted in this process (as ``rlmesh.run(model, env)``
-    runs it), ``"thread"`` when it is reached over the network (see
-    ``docs/embedding.md``, *Where user code runs*). A
+    event loop, no deadline fires and Ctrl-C waits for it. ``"auto"`` (models only, so not
+    with an env hosted here): the model's predicts run inline while they are quick, on its
+    thread from the first slow one on. ``None`` (the default): ``"inline"`` when the env is
+    hosted in this process (as ``rlmesh.run(model, env)`` runs it), ``"auto"`` for the
+    model when the env is reached over the network (see ``docs/embedding.md``, *Where user
+    code runs*). A
     :class:`~trio_rlmesh.model.ModelHandler` passed to :func:`run_local` as is keeps its
     own choice."""
     record: RecordOptions | None = attrs.field(default=None, converter=_record)
@@ -157,12 +159,23 @@ class RunLocalOptions:
     :class:`~trio_rlmesh.record.RecordOptions` for videos and more."""
 
 
-def _where_user_code_runs(options: RunLocalOptions) -> UserCode:
-    """``options.user_code``, its default decided by where the env runs."""
+def _model_user_code(options: RunLocalOptions) -> ServingUserCode:
+    """``options.user_code`` for the model, its default decided by where the env runs."""
     if options.user_code is not None:
         return options.user_code
     served = isinstance(options.env_address, str) or _is_fleet(options)
-    return "thread" if served else "inline"
+    return "auto" if served else "inline"
+
+
+def _env_user_code(options: RunLocalOptions) -> UserCode:
+    """``options.user_code`` for an env hosted in this process (``"inline"`` by default)."""
+    user_code = options.user_code
+    if user_code == "auto":
+        raise SpecError(
+            "run_local: user_code='auto' applies to the model of a run against an env "
+            "server; an env hosted in this process takes 'thread' or 'inline'"
+        )
+    return "inline" if user_code is None else user_code
 
 
 @attrs.frozen
@@ -220,10 +233,9 @@ async def _open_env(options: RunLocalOptions) -> AsyncIterator[_Env]:
         return
     from .transports.inprocess import GymEnvRuntimeEnv
 
+    user_code = _env_user_code(options)
     # Opening may call a factory (user code), so not on the event loop.
-    env = await trio.to_thread.run_sync(
-        lambda: GymEnvRuntimeEnv(target, user_code=_where_user_code_runs(options))
-    )
+    env = await trio.to_thread.run_sync(lambda: GymEnvRuntimeEnv(target, user_code=user_code))
     capabilities = {CAP_SUBSET_STEP: CAPABILITY_TRUE} if env.subset_step else {}
     try:
         yield _Env(
@@ -250,7 +262,7 @@ async def _open_model(
     from .model import as_handler
     from .transports.inprocess import ModelHandlerRuntimeModel
 
-    yield ModelHandlerRuntimeModel(as_handler(model, user_code=_where_user_code_runs(options)))
+    yield ModelHandlerRuntimeModel(as_handler(model, user_code=_model_user_code(options)))
 
 
 async def _run(

@@ -385,10 +385,10 @@ async def test_a_fleet_against_a_served_model_fuses_its_predicts_there() -> None
     assert max(model.batch_sizes) > 1
 
 
-def test_a_fleets_user_code_runs_on_threads_by_default_as_for_one_served_env() -> None:
-    from trio_rlmesh._facade import _where_user_code_runs
+def test_a_fleets_model_runs_auto_by_default_as_for_one_served_env() -> None:
+    from trio_rlmesh._facade import _model_user_code
 
-    assert _where_user_code_runs(RunLocalOptions(["127.0.0.1:1", "127.0.0.1:2"])) == "thread"
-    assert _where_user_code_runs(RunLocalOptions("127.0.0.1:1")) == "thread"
-    fleet = RunLocalOptions(["127.0.0.1:1", "127.0.0.1:2"], user_code="inline")
-    assert _where_user_code_runs(fleet) == "inline"
+    assert _model_user_code(RunLocalOptions(["127.0.0.1:1", "127.0.0.1:2"])) == "auto"
+    assert _model_user_code(RunLocalOptions("127.0.0.1:1")) == "auto"
+    fleet = RunLocalOptions(["127.0.0.1:1", "127.0.0.1:2"], user_code="thread")
+    assert _model_user_code(fleet) == "thread"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -13,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import trio
+from trio.testing import MockClock
 
 import trio_rlmesh
 from trio_rlmesh import RunLocalOptions, SpecError, run_local
@@ -437,9 +439,8 @@ class _Where:
         return np.int64(lean(observation))
 
 
-@pytest.mark.parametrize("user_code", [None, "thread", "inline"])
+@pytest.mark.parametrize("user_code", [None, "auto", "thread", "inline"])
 async def test_user_code_decides_where_the_models_predicts_run(user_code: str | None) -> None:
-    # None (the default) with a served env: a worker thread, where a deadline can fire.
     model = _Where()
     with trio.fail_after(60):
         async with serving(gym.make(CARTPOLE)) as address:
@@ -448,10 +449,42 @@ async def test_user_code_decides_where_the_models_predicts_run(user_code: str | 
             )
             assert (await run_local(model, options)).status == "completed"
     if user_code != "inline":
+        # None (the default) with a served env is "auto": the first predicts run on the
+        # model's worker thread, where a deadline can fire (see the next test for more).
         assert len(model.threads) == 1
         assert model.threads != {threading.get_ident()}
     else:
         assert model.threads == {threading.get_ident()}
+
+
+class _SlowOnce(_Where):
+    """Notes each predict's thread in order; predict ``slow_at`` (1-based) takes 50 ms."""
+
+    def __init__(self, slow_at: int) -> None:
+        super().__init__()
+        self.order: list[int] = []
+        self.slow_at = slow_at
+
+    def predict(self, observation: Any) -> Any:
+        self.order.append(threading.get_ident())
+        if len(self.order) == self.slow_at:
+            time.sleep(0.05)
+        return super().predict(observation)
+
+
+@pytest.mark.parametrize("slow_at", [3, 40])
+async def test_by_default_a_slow_predict_against_a_served_env_sends_the_next_to_the_thread(
+    slow_at: int,
+) -> None:
+    # A predict of 50 ms is slow whether it ran on the thread (3) or, after a run of quick
+    # ones, most likely inline (40): either way the predict after it leaves the loop free.
+    model = _SlowOnce(slow_at)
+    with trio.fail_after(60):
+        async with serving(gym.make(CARTPOLE)) as address:
+            options = RunLocalOptions(address, max_episodes=1, max_episode_steps=slow_at + 2)
+            assert (await run_local(model, options)).status == "completed"
+    assert model.order[0] != threading.get_ident()
+    assert model.order[slow_at] != threading.get_ident()
 
 
 async def test_the_predict_deadline_fires_for_a_local_model_that_hangs() -> None:
@@ -477,8 +510,14 @@ async def test_the_predict_deadline_fires_for_a_local_model_that_hangs() -> None
 
 
 def test_run_local_options_refuse_an_unknown_user_code() -> None:
-    with pytest.raises(SpecError, match="user_code must be 'thread' or 'inline'"):
+    with pytest.raises(SpecError, match="user_code must be 'auto', 'thread' or 'inline'"):
         RunLocalOptions("127.0.0.1:1", user_code="fast")  # type: ignore[arg-type]
+
+
+async def test_auto_is_refused_for_an_env_hosted_in_this_process() -> None:
+    options = RunLocalOptions(gym.make(CARTPOLE), max_episodes=1, user_code="auto")
+    with pytest.raises(SpecError, match="an env hosted in this process takes 'thread' or"):
+        await run_local(_Where(), options)
 
 
 async def test_a_served_env_that_hangs_answers_its_own_timeout() -> None:
@@ -509,3 +548,16 @@ async def test_a_served_env_that_hangs_answers_its_own_timeout() -> None:
     assert info.value.code == "TIMEOUT"  # the server's answer, not the driver's own scope
     assert "timed out after 200ms" in str(info.value)
     assert info.value.report is not None
+
+
+async def test_by_default_quick_predicts_against_a_served_env_run_inline(
+    mock_clock: MockClock,
+) -> None:
+    # The run's clock stands still, so every predict is quick: after 8 on the model's
+    # thread, the rest run on the trio thread.
+    model = _SlowOnce(slow_at=0)
+    async with serving(gym.make(CARTPOLE)) as address:
+        options = RunLocalOptions(address, max_episodes=1, max_episode_steps=12)
+        assert (await run_local(model, options)).status == "completed"
+    here = threading.get_ident()
+    assert [thread == here for thread in model.order] == [False] * 8 + [True] * 4

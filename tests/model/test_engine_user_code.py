@@ -1,4 +1,4 @@
-"""Where the engine runs the model's code: its own worker thread, or inline on request."""
+"""Where the engine runs the model's code: its own worker thread, inline, or "auto" (both)."""
 
 from __future__ import annotations
 
@@ -55,10 +55,14 @@ async def _exercise(engine: ModelEngine) -> None:
     await engine.close()
 
 
-async def test_by_default_every_call_into_the_model_runs_on_one_thread_of_its_own() -> None:
+@pytest.mark.parametrize("user_code", [None, "thread"])
+async def test_every_call_into_the_model_starts_on_one_thread_of_its_own(
+    user_code: str | None,
+) -> None:
+    # The default ("auto") too: its first calls run on the thread, as "thread" runs them all.
     model = Where()
-    engine = _engine(model)
-    assert engine.user_code == "thread"
+    engine = _engine(model, user_code=user_code)
+    assert engine.user_code == (user_code or "auto")
     assert model.calls == []  # load waits for the first call that needs the model
     await _exercise(engine)
     assert [name for name, _ in model.calls] == ["load", "predict", "on_episode_end", "close"]
@@ -81,7 +85,7 @@ def test_offload_is_the_older_spelling_of_user_code() -> None:
     assert _engine(Where(), offload=False, user_code="inline").user_code == "inline"
     with pytest.raises(ValueError, match="offload=False contradicts user_code='thread'"):
         as_handler(Where(), offload=False, user_code="thread")
-    with pytest.raises(ValueError, match="user_code must be 'thread' or 'inline'"):
+    with pytest.raises(ValueError, match="user_code must be 'auto', 'thread' or 'inline'"):
         as_handler(Where(), user_code="gpu")  # type: ignore[arg-type]
 
 
@@ -186,3 +190,91 @@ async def test_load_can_be_run_up_front_on_the_worker_once() -> None:
     assert model.calls[0][1] != threading.get_ident()
     await _exercise(engine)
     assert [name for name, _ in model.calls].count("load") == 1
+
+
+class Timed(Model):
+    """Each predict takes ``durations[i]`` seconds of the run's MockClock (0 once they run
+    out) and notes its thread; the one at ``wait_at`` first waits for ``go`` (a trio task
+    sets it) instead."""
+
+    def __init__(
+        self, clock: MockClock, durations: list[float], wait_at: int | None = None
+    ) -> None:
+        self.clock = clock
+        self.durations = durations
+        self.threads: list[int] = []
+        self.wait_at = wait_at
+        self.go = threading.Event()
+
+    def predict(self, observation: Any) -> Any:
+        index = len(self.threads)
+        self.threads.append(threading.get_ident())
+        if index == self.wait_at and not self.go.wait(timeout=30):
+            raise RuntimeError("blocked the event loop: the task that sets go never ran")
+        self.clock.jump(self.durations[index] if index < len(self.durations) else 0.0)
+        return observation
+
+
+async def test_auto_runs_predicts_inline_once_quick_and_on_the_thread_after_a_slow_one(
+    mock_clock: MockClock,
+) -> None:
+    # 8 quick predicts (on the thread) -> inline; predict 11 takes 50 ms (inline, so it
+    # blocks the loop once) -> the next ones run on the thread again.
+    model = Timed(mock_clock, [0.0] * 10 + [0.05])
+    engine = _engine(model)
+    here = threading.get_ident()
+    inline_before: list[bool] = []
+    for k in range(14):
+        inline_before.append(engine.runs_inline)
+        (result,) = await engine.predict_grouped([observation("e", [k])])
+        assert not isinstance(result, Exception), result
+    on_loop = [thread == here for thread in model.threads]
+    assert on_loop == [False] * 8 + [True] * 3 + [False] * 3
+    assert inline_before == on_loop
+    # Other calls into the model never run inline.
+    await engine.reset_adapter("e", ["ep"])
+    await engine.close()
+    assert not engine.runs_inline
+
+
+async def test_auto_a_slow_model_stops_blocking_the_loop_once_detected(
+    mock_clock: MockClock,
+) -> None:
+    # After 8 quick predicts one is slow; the predict after it must leave the loop free:
+    # it waits for an event only another trio task sets (had it run inline, that task
+    # could never run and the predict would fail).
+    model = Timed(mock_clock, [0.0] * 8 + [0.05], wait_at=9)
+    engine = _engine(model)
+
+    async def keepalive() -> None:
+        await wait_until(lambda: len(model.threads) == 10)
+        model.go.set()
+
+    for k in range(9):
+        await engine.predict_grouped([observation("e", [k])])
+    assert model.threads[8] == threading.get_ident()  # the slow one ran inline
+    assert not engine.runs_inline
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(keepalive)
+        (result,) = await engine.predict_grouped([observation("e", [9])])
+    assert not isinstance(result, Exception), result
+    assert model.threads[9] != threading.get_ident()
+    await engine.close()
+
+
+async def test_predict_grouped_inline_is_only_for_an_engine_that_runs_inline(
+    mock_clock: MockClock,
+) -> None:
+    engine = _engine(Where(), user_code="thread")
+    assert not engine.runs_inline
+    with pytest.raises(RuntimeError, match=r"model\.predict does not run inline now"):
+        engine.predict_grouped_inline([observation("e", [1])])
+    await engine.close()
+    inline = _engine(Where(), user_code="inline")
+    assert inline.runs_inline
+    (result,) = inline.predict_grouped_inline([observation("e", [1])])
+    assert not isinstance(result, Exception), result
+    await inline.close()
+    assert not inline.runs_inline
+    with pytest.raises(RuntimeError, match="is closed"):
+        inline.predict_grouped_inline([observation("e", [1])])

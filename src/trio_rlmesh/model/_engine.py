@@ -28,9 +28,11 @@ and (when known) the lane, with ``recoverable`` kept from a raised
 
 Where the model's code runs. Every call into the model object (``load``, the predict
 corners, ``on_episode_end``, ``close``) goes through one worker
-(:mod:`trio_rlmesh.runtime._worker`): by default its own thread, so a deadline or a
-cancel can abandon a call that hangs; with ``user_code="inline"`` on the trio thread.
-``load`` runs once, on the worker, before the first call that needs the model.
+(:mod:`trio_rlmesh.runtime._worker`): with ``user_code="thread"`` its own thread, so a
+deadline or a cancel can abandon a call that hangs; with ``user_code="inline"`` the trio
+thread; with ``user_code="auto"`` (the default) the thread, except that predicts run inline
+while the model's recent predicts were quick (an :class:`AdaptiveWorker`). ``load`` runs
+once, on the worker, before the first call that needs the model.
 """
 
 from __future__ import annotations
@@ -45,7 +47,12 @@ import attrs
 import trio
 
 from .._errors import Error, ModelError
-from ..runtime._internal import UserCode, WorkerUnavailable, check_user_code, new_worker
+from ..runtime._internal import (
+    ServingUserCode,
+    WorkerUnavailable,
+    check_serving_user_code,
+    new_worker,
+)
 from ..spaces import Space
 from ._corners import Corner, Corners, find_corners
 from ._episodes import EpisodeStore, PredictContext
@@ -72,12 +79,15 @@ __all__ = ["ModelEngine", "as_handler"]
 
 _log = logging.getLogger("trio_rlmesh.model")
 
+INLINE_OPERATIONS = ("model.predict",)
+"""What ``user_code="auto"`` may run inline (while the model's recent predicts were quick)."""
+
 
 def as_handler(
     model: object,
     *,
     name: str | None = None,
-    user_code: UserCode | None = None,
+    user_code: ServingUserCode | None = None,
     offload: bool | None = None,
 ) -> ModelHandler:
     """Serve ``model`` as a :class:`ModelHandler`.
@@ -89,12 +99,15 @@ def as_handler(
             ``allow_fusion``, or an object that already is a handler (returned as is;
             ``user_code`` does not apply to it).
         name: how errors name the model (default: its class name).
-        user_code: where the model's code runs. ``"thread"`` (the default): on a worker
-            thread of its own, one call at a time, so deadlines
-            (``RuntimeLimits.model_predict_timeout``) and cancellation (Ctrl-C) can
-            abandon a call that hangs. ``"inline"``: on the trio thread, which saves a
-            thread hand-off per call (tens of µs) but lets a blocking call freeze the
-            event loop: no deadline fires and Ctrl-C waits until it returns.
+        user_code: where the model's code runs. ``"thread"``: on a worker thread of its
+            own, one call at a time, so deadlines (``RuntimeLimits.model_predict_timeout``)
+            and cancellation (Ctrl-C) can abandon a call that hangs. ``"inline"``: on the
+            trio thread, which saves a thread hand-off per call (tens of µs) but lets a
+            blocking call freeze the event loop: no deadline fires and Ctrl-C waits until
+            it returns. ``"auto"`` (the default): on the worker thread, except that
+            predicts run inline once the model's recent predicts were quick (under 5 ms);
+            a slow predict sends them back to the thread (see *Where user code runs* in
+            ``docs/embedding.md``).
         offload: the older spelling: ``True`` is ``user_code="thread"``, ``False`` is
             ``"inline"``.
 
@@ -116,11 +129,11 @@ def as_handler(
     return ModelEngine(model, name=name, user_code=user_code, offload=offload)
 
 
-def _user_code(user_code: UserCode | None, offload: bool | None) -> UserCode:
+def _user_code(user_code: ServingUserCode | None, offload: bool | None) -> ServingUserCode:
     if offload is None:
-        return "thread" if user_code is None else check_user_code(user_code)
-    implied: UserCode = "thread" if offload else "inline"
-    if user_code is not None and check_user_code(user_code) != implied:
+        return "auto" if user_code is None else check_serving_user_code(user_code)
+    implied: ServingUserCode = "thread" if offload else "inline"
+    if user_code is not None and check_serving_user_code(user_code) != implied:
         raise ValueError(f"offload={offload} contradicts user_code={user_code!r}; pass one")
     return implied
 
@@ -230,14 +243,16 @@ class ModelEngine:
         model: object,
         *,
         name: str | None = None,
-        user_code: UserCode | None = None,
+        user_code: ServingUserCode | None = None,
         offload: bool | None = None,
     ) -> None:
         self.model = model
         self.name = name or _model_name(model)
-        self.user_code: UserCode = _user_code(user_code, offload)
-        """Where the model's code runs: ``"thread"`` or ``"inline"``."""
-        self._worker = new_worker(self.user_code, f"model {self.name!r}")
+        self.user_code: ServingUserCode = _user_code(user_code, offload)
+        """Where the model's code runs: ``"auto"``, ``"thread"`` or ``"inline"``."""
+        self._worker = new_worker(
+            self.user_code, f"model {self.name!r}", inline_operations=INLINE_OPERATIONS
+        )
         self._loaded = False
         self._load_lock = trio.Lock()
         self._load_error: ModelError | None = None
@@ -258,12 +273,29 @@ class ModelEngine:
 
     @property
     def runs_inline(self) -> bool:
-        """Whether a synchronous :meth:`predict_grouped_sync` may stand in for a predict now.
+        """Whether :meth:`predict_grouped_inline` may stand in for a predict now.
 
-        True only in ``user_code="inline"`` mode while the engine is open: the in-process
-        adapter then skips the await.
+        True while the engine is open in ``user_code="inline"`` mode, and in ``"auto"``
+        mode while its worker runs predicts inline: the in-process adapter then skips the
+        await.
         """
-        return self.user_code == "inline" and not self._closed
+        return not self._closed and self._worker.runs_inline("model.predict")
+
+    def predict_grouped_inline(
+        self, observations: list[ModelObservation]
+    ) -> list[PredictFrames | Error]:
+        """:meth:`predict_grouped` on the trio thread, now; only while :attr:`runs_inline`.
+
+        Unlike calling :meth:`predict_grouped_sync` directly, the call is accounted by the
+        engine's worker, so in ``"auto"`` mode a slow predict moves the next ones back to
+        the worker thread.
+
+        Raises:
+            RuntimeError: :attr:`runs_inline` is false.
+        """
+        if self._closed:
+            raise RuntimeError(f"model {self.name!r} is closed")
+        return self._worker.call_inline("model.predict", self.predict_grouped_sync, observations)
 
     def route_setup(self) -> RouteSetup:
         return self._route_setup

@@ -19,8 +19,9 @@ user object gets a :class:`Worker`, and every call into the object goes through 
 * :class:`InlineWorker` (``user_code="inline"``) calls the object on the trio thread.
   It is the fastest path, and adapters may then offer synchronous fast paths
   (``step_inline`` ...), but nothing can interrupt a call that blocks.
-* :class:`AdaptiveWorker` (``user_code="auto"``, env servers only) runs chosen operations
-  (``env.step``) inline while :class:`InlinePolicy` finds the object's recent calls quick,
+* :class:`AdaptiveWorker` (``user_code="auto"``: env servers, and models run against a
+  served env) runs chosen operations (``env.step``, ``model.predict``) inline while
+  :class:`InlinePolicy` finds the object's recent calls quick,
   and everything else on a :class:`ThreadWorker`. It trades the guarantee that a call
   never blocks the loop for the speed of inline calls, bounded as its docstring says.
 
@@ -226,6 +227,18 @@ class Worker(abc.ABC):
         """Whether a call of ``operation`` made now would run on the trio thread."""
         return False
 
+    def call_inline(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
+        """Call ``fn(*args)`` on the trio thread now, as :meth:`run` would inline.
+
+        The synchronous fast path of adapters: valid only while :meth:`runs_inline` says
+        so for ``operation`` (the call is then accounted as :meth:`run` accounts it).
+
+        Raises:
+            RuntimeError: the worker would not run ``operation`` inline now.
+            BaseException: whatever ``fn`` raised.
+        """
+        raise RuntimeError(f"{self.name}: {operation} does not run inline now")
+
     @abc.abstractmethod
     async def run(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
         """Call ``fn(*args)`` as this object's next call; ``operation`` names it in errors.
@@ -274,13 +287,16 @@ class InlineWorker(Worker):
     user_code: UserCode = "inline"
 
     def runs_inline(self, operation: str) -> bool:
-        return True
+        return not self._closed
 
-    async def run(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
+    def call_inline(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
         if self._closed:
             raise WorkerClosed(worker=self.name, operation=operation)
         self._calls += 1
         return fn(*args)
+
+    async def run(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
+        return self.call_inline(operation, fn, *args)
 
     async def aclose(
         self, operation: str = "close", fn: Callable[..., object] | None = None, *args: Any
@@ -704,13 +720,14 @@ def _timed(
 class AdaptiveWorker(Worker):
     """Runs quick calls inline and the others on a :class:`ThreadWorker` (``user_code="auto"``).
 
-    Only calls named in ``inline_operations`` (for an env server: ``env.step``) may run
-    inline, and only while :class:`InlinePolicy` says so from the durations of this
-    worker's recent calls of those operations, and while the thread is idle (no call
-    running, queued or abandoned there). Everything else (the first calls, reset, render,
-    close, calls after a slow one) runs on the thread exactly as :class:`ThreadWorker` runs
-    it. The object's calls still run one at a time, in call order, but not always on the
-    same thread: thread-affine code needs ``"thread"``.
+    Only calls named in ``inline_operations`` (``env.step`` for an env server,
+    ``model.predict`` for a model) may run inline, and only while :class:`InlinePolicy`
+    says so from the durations of this worker's recent calls of those operations, and
+    while the thread is idle (no call running, queued or abandoned there). Everything else
+    (the first calls, reset, render, close, calls after a slow one) runs on the thread
+    exactly as :class:`ThreadWorker` runs it. The object's calls still run one at a time,
+    in call order, but not always on the same thread: thread-affine code needs
+    ``"thread"``.
 
     An inline call cannot be interrupted: the event loop is blocked for as long as it runs
     (one unexpectedly slow call blocks it once, for its whole duration; a call that hangs
@@ -772,16 +789,10 @@ class AdaptiveWorker(Worker):
     async def run(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
         if operation not in self.inline_operations:
             return await self.thread.run(operation, fn, *args)
-        policy = self.policy
-        clock = trio.lowlevel.current_clock().current_time
         if self.runs_inline(operation):
             await trio.lowlevel.checkpoint_if_cancelled()
-            self._calls += 1
-            started = clock()
-            try:
-                return fn(*args)
-            finally:
-                policy.observe(clock() - started, ran_inline=True)
+            return self.call_inline(operation, fn, *args)
+        clock = trio.lowlevel.current_clock().current_time
         elapsed: list[float] = []
         try:
             return await self.thread.run(operation, _timed, clock, elapsed, fn, args)
@@ -789,7 +800,18 @@ class AdaptiveWorker(Worker):
             # A refused call (closed, stuck) never ran and says nothing about the object's
             # speed; one abandoned or refused because a call is stuck counts as slow.
             if elapsed or self.thread._current is not None:
-                policy.observe(elapsed[0] if elapsed else None, ran_inline=False)
+                self.policy.observe(elapsed[0] if elapsed else None, ran_inline=False)
+
+    def call_inline(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
+        if not self.runs_inline(operation):
+            raise RuntimeError(f"{self.name}: {operation} does not run inline now")
+        clock = trio.lowlevel.current_clock().current_time
+        self._calls += 1
+        started = clock()
+        try:
+            return fn(*args)
+        finally:
+            self.policy.observe(clock() - started, ran_inline=True)
 
     async def aclose(
         self, operation: str = "close", fn: Callable[..., object] | None = None, *args: Any

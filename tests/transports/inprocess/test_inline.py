@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 import trio
+from trio.testing import MockClock
 
 from tests.model.helpers import BOX_ROUTE, DISCRETE_ROUTE, predict_request
 from trio_rlmesh import EnvError, ModelError
@@ -166,7 +167,7 @@ async def test_model_inline_refuses_a_bad_request_as_predict_does(broken: str) -
 
 async def test_model_inline_declines_when_it_cannot_answer_synchronously() -> None:
     request = predict_request("e", [1.0])
-    # The default mode runs the model on its worker thread: never synchronously.
+    # The default mode ("auto") starts the model on its worker thread: not synchronously.
     assert ModelHandlerRuntimeModel(Halve(), BOX_ROUTE).predict_inline(request) is None
     threaded = ModelHandlerRuntimeModel(as_handler(Halve(), user_code="thread"), BOX_ROUTE)
     assert threaded.predict_inline(request) is None
@@ -188,3 +189,31 @@ async def test_model_inline_declines_when_it_cannot_answer_synchronously() -> No
             return await super().predict(request)
 
     assert Custom(Halve(), BOX_ROUTE, user_code="inline").predict_inline(request) is None
+
+
+class SlowAt(Model):
+    """Halves; predict ``at`` (1-based) takes ``seconds`` of the run's MockClock."""
+
+    def __init__(self, clock: MockClock, at: int, seconds: float) -> None:
+        self.clock, self.at, self.seconds = clock, at, seconds
+        self.calls = 0
+
+    def predict(self, observation: Any) -> Any:
+        self.calls += 1
+        if self.calls == self.at:
+            self.clock.jump(self.seconds)
+        return np.clip(observation / 10, -1, 1)
+
+
+async def test_model_inline_answers_in_auto_mode_while_predicts_are_quick(
+    mock_clock: MockClock,
+) -> None:
+    model = ModelHandlerRuntimeModel(SlowAt(mock_clock, at=10, seconds=0.05), BOX_ROUTE)
+    request = predict_request("e", [4.0])
+    awaited = [await model.predict(request) for _ in range(8)]  # on the model's thread
+    inline = model.predict_inline(request)  # 9: quick ones made it inline
+    assert inline is not None
+    assert inline.response == awaited[0].response
+    assert model.predict_inline(request) is not None  # 10: inline, and slow
+    assert model.predict_inline(request) is None  # so the next runs on the thread
+    await model.aclose()

@@ -1,15 +1,18 @@
 """The driver's deadlines hold for hung user code in the in-process adapters.
 
-By default an in-process env and model run their code on worker threads, so a hung
-predict, step or reset fails at exactly its ``RuntimeLimits`` deadline, a cancel while
-user code hangs returns at once with the finished episodes, and closing after a hang
-does not wait for it. (Inline mode cannot promise any of this: see
+With ``user_code="thread"`` an in-process env and model run their code on worker threads,
+so a hung predict, step or reset fails at exactly its ``RuntimeLimits`` deadline, a cancel
+while user code hangs returns at once with the finished episodes, and closing after a hang
+does not wait for it. A model in ``"auto"`` mode (the adapter's default) keeps that promise
+until its predicts have proved quick; a predict that then blocks the loop inline is refused
+as late when it returns, as in inline mode. (Inline mode cannot promise more: see
 ``tests/runtime/test_inline_calls.py`` for what it does promise.)
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any
 
 import numpy as np
@@ -33,6 +36,23 @@ class Policy:
     def predict(self, observation: Any) -> Any:
         if self.hang is not None:
             self.hang.point()
+        return np.int64(1)
+
+
+class SlowAt(Policy):
+    """Quick predicts, except predict ``at`` (1-based), which takes ``seconds`` of the
+    run's MockClock on whatever thread runs it."""
+
+    def __init__(self, hang: Hang, clock: MockClock, at: int, seconds: float) -> None:
+        super().__init__()
+        self.hang, self.clock, self.at, self.seconds = hang, clock, at, seconds
+        self.threads: list[int] = []
+
+    def predict(self, observation: Any) -> Any:
+        self.threads.append(threading.get_ident())
+        if len(self.threads) == self.at:
+            self.hang.entered.set()  # the clock may move from now on
+            self.clock.jump(self.seconds)
         return np.int64(1)
 
 
@@ -76,12 +96,14 @@ async def _run_until_hung(
     return info.value
 
 
+@pytest.mark.parametrize("user_code", ["thread", None])
 async def test_a_hung_predict_fails_at_exactly_the_predict_deadline(
-    autojump_clock: MockClock,
+    autojump_clock: MockClock, user_code: Any
 ) -> None:
+    # None: the default "auto" runs a model's first predicts on its thread as well.
     with Hang(after=4) as hang:  # episode 1 takes predicts 1-3; predict 5 hangs
         env = GymEnvRuntimeEnv(Countdown(3), user_code="inline")
-        model = ModelHandlerRuntimeModel(Policy(hang), env.contract)
+        model = ModelHandlerRuntimeModel(Policy(hang), env.contract, user_code=user_code)
         error = await _run_until_hung(hang, env, model, _options(model_predict_timeout=2))
         assert isinstance(error, OperationTimeout)
         assert (error.operation, error.timeout, error.step) == ("model.predict", 2, 4)
@@ -153,3 +175,22 @@ async def test_driver_cancel_while_user_code_hangs_returns_the_report_at_once(
         assert report is not None
         assert (report.status, report.reason) == ("cancelled", "operator")
         assert [episode.steps for episode in report.episodes] == [3]
+
+
+async def test_auto_refuses_a_late_inline_predict_as_inline_mode_does(
+    autojump_clock: MockClock,
+) -> None:
+    # Predicts 1-8 run on the model's thread; from the 9th they run inline. Predict 10
+    # blocks the loop for 3 s: no scope can cut it off, and its late answer fails the run.
+    with Hang() as hang:
+        env = GymEnvRuntimeEnv(Countdown(3), user_code="inline")
+        policy = SlowAt(hang, autojump_clock, at=10, seconds=3)
+        model = ModelHandlerRuntimeModel(policy, env.contract)
+        error = await _run_until_hung(hang, env, model, _options(model_predict_timeout=2))
+    here = threading.get_ident()
+    assert [thread == here for thread in policy.threads] == [False] * 8 + [True] * 2
+    assert isinstance(error, OperationTimeout)
+    assert (error.operation, error.timeout) == ("model.predict", 2)
+    assert trio.current_time() == 3
+    assert error.report is not None
+    assert [episode.steps for episode in error.report.episodes] == [3, 3, 3]

@@ -32,7 +32,7 @@ from ...model import (
 from ...model._internal import encode_frames, observation_from_request, resolve_route
 from ...protocol import EnvContractInfo, core_v1, model_v1, read_env_contract
 from ...runtime import EndpointTimings, ModelPrediction
-from ...runtime._internal import UserCode
+from ...runtime._internal import ServingUserCode
 
 __all__ = ["ModelHandlerRuntimeModel"]
 
@@ -65,10 +65,11 @@ class ModelHandlerRuntimeModel:
             sends history rows). :meth:`resolve` sets it from the route's answer.
         name: how errors name the model (default: the handler's ``name`` or class).
         user_code: where a model object's code runs when this adapter wraps it with
-            :func:`~trio_rlmesh.model.as_handler`: ``"thread"`` (the default; deadlines
-            and cancellation can abandon a hung predict) or ``"inline"`` (on the trio
-            thread: faster, but a blocking predict blocks the event loop). A handler
-            passed in as is keeps its own choice.
+            :func:`~trio_rlmesh.model.as_handler`: ``"auto"`` (the default: on a worker
+            thread until its predicts prove quick, then inline until one is slow),
+            ``"thread"`` (deadlines and cancellation can abandon a hung predict) or
+            ``"inline"`` (on the trio thread: faster, but a blocking predict blocks the
+            event loop). A handler passed in as is keeps its own choice.
     """
 
     def __init__(
@@ -78,7 +79,7 @@ class ModelHandlerRuntimeModel:
         *,
         wants_history: bool = False,
         name: str | None = None,
-        user_code: UserCode | None = None,
+        user_code: ServingUserCode | None = None,
     ) -> None:
         self.handler: ModelHandler = as_handler(handler, user_code=user_code)
         self.contract: RouteContract | None = (
@@ -164,13 +165,13 @@ class ModelHandlerRuntimeModel:
     def predict_inline(self, request: model_v1.PredictRequest) -> ModelPrediction | None:
         """:meth:`predict` without the event loop, or ``None`` when it must be awaited.
 
-        The runtime driver calls this first. It answers only for a handler that runs
-        inline anyway (a :class:`~trio_rlmesh.model.ModelEngine` with
-        ``user_code="inline"``, loaded and open) and only while no eviction holds the
-        handler; being synchronous, it needs no lock of its own, and it saves the
-        scheduler round an awaited lock costs. In the default ``user_code="thread"``
-        mode it always answers ``None``: the predict must run where a deadline can
-        abandon it.
+        The runtime driver calls this first. It answers only for a handler that would run
+        the predict inline anyway (a :class:`~trio_rlmesh.model.ModelEngine` with
+        ``user_code="inline"``, or ``"auto"`` while its predicts run inline; open) and
+        only while no eviction holds the handler; being synchronous, it needs no lock of
+        its own, and it saves the scheduler round an awaited lock costs. Otherwise
+        (``user_code="thread"``, or ``"auto"`` while predicts run on the thread) it
+        answers ``None``: the predict must run where a deadline can abandon it.
         """
         engine = self.handler
         if (
@@ -189,7 +190,7 @@ class ModelHandlerRuntimeModel:
             raise self._wrap(group, _env_of(request), "model.predict")
         call_started = time.perf_counter_ns()
         try:
-            (answer,) = engine.predict_grouped_sync([group])
+            (answer,) = engine.predict_grouped_inline([group])
         except Exception as exc:
             (answer,) = _all_failed(exc, 1)
         finally:
