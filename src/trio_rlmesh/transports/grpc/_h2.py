@@ -42,6 +42,13 @@ Theory of operation.
 * Keepalive: while a call is open and the peer has sent nothing for
   ``keepalive_interval``, a PING goes out; if still nothing at all arrives within
   ``keepalive_timeout``, the connection is declared dead.
+* Delayed ACKs: a client that has just read the first part of a response and has nothing
+  to send (a unary call's message before its trailers, a stream's headers before its
+  first message) asks the kernel to acknowledge at once (``TCP_QUICKACK``, Linux). A
+  server whose socket keeps Nagle's algorithm on (``rlmesh.EnvServer`` does) holds its
+  next small write until the previous one is acknowledged, and Linux delays that ACK by
+  up to 40 ms: each such pair cost a session's start about 40 ms. In the steady state of
+  a stream (a reply, then this side's next request carrying the ACK) nothing is asked.
 * h2 treats GOAWAY as the end of the connection (no frame may follow it in either
   direction), so this module does too: a peer's GOAWAY fails every open stream, and a
   graceful close here first ends its streams, then sends GOAWAY.
@@ -53,6 +60,7 @@ import collections
 import contextlib
 import itertools
 import os
+import socket
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
@@ -96,6 +104,8 @@ _OPEN_CONNECTION: Final = frozenset(
 _CAN_RECEIVE: Final = frozenset(
     {h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_LOCAL}
 )
+_QUICKACK: Final[int | None] = getattr(socket, "TCP_QUICKACK", None)
+"""Linux's option to acknowledge received data at once (``None`` where absent)."""
 _CAN_SEND: Final = frozenset({h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_REMOTE})
 
 
@@ -177,6 +187,7 @@ class H2Stream:
         "_messages",
         "_queued",
         "_sink",
+        "answered",
         "client",
         "headers",
         "headers_sent",
@@ -198,6 +209,8 @@ class H2Stream:
         """Server side: whether the response headers went out."""
         self.local_ended = False
         self.remote_ended = False
+        self.answered = False
+        """Whether any DATA arrived from the peer on this stream."""
         self._decoder = MessageDecoder(conn.settings.max_message_size)
         self._messages: collections.deque[bytes] = collections.deque()
         self._queued = 0
@@ -320,6 +333,7 @@ class H2Stream:
         self._pump()
 
     def _on_data(self, data: bytes | bytearray | memoryview, flow: int) -> None:
+        self.answered = True
         if self._failure is not None:
             self._conn.acknowledge(self.stream_id, flow)
             return
@@ -435,6 +449,15 @@ class H2Connection:
         # yield), which is two scheduler rounds per request/reply saved.
         sock = transport.socket if isinstance(transport, trio.SocketStream) else None
         self._fd: int | None = sock.fileno() if sock is not None else None
+        self._quick_ack_socket = (
+            sock
+            if client
+            and sock is not None
+            and _QUICKACK is not None
+            and sock.family in (socket.AF_INET, socket.AF_INET6)
+            else None
+        )
+        """The TCP socket to ask for an immediate ACK (client side, where supported)."""
         self._eager = 0
         self._drained = False
         self._partial = bytearray()
@@ -934,12 +957,36 @@ class H2Connection:
                         await self.flush()
                     break
                 await self.flush()
+                if self._quick_ack_socket is not None and self._awaiting_peer():
+                    self._ack_now()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             failure = self._lost(f"the connection broke ({exc})")
         except ConnectionLost as exc:
             failure = exc
         if failure is not None:
             self._terminate(failure)
+
+    def _awaiting_peer(self) -> bool:
+        """Whether a call has a response under way that the peer goes on with without
+        waiting for this side: response headers in, and the call half-closed here (its
+        trailers are next) or no message yet (its first message is next)."""
+        for stream in self._streams.values():
+            if (
+                stream.headers is not None
+                and not stream.remote_ended
+                and (stream.local_ended or not stream.answered)
+            ):
+                return True
+        return False
+
+    def _ack_now(self) -> None:
+        """Have the kernel acknowledge what was read at once rather than up to 40 ms later
+        (the peer's Nagle may be holding its next frame until then)."""
+        sock = self._quick_ack_socket
+        assert sock is not None
+        assert _QUICKACK is not None
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
 
     def _receive_slow(self, data: bytes | bytearray | memoryview) -> None:
         """Feed ``data`` to h2 and dispatch its events."""
