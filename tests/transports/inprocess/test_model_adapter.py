@@ -315,3 +315,21 @@ async def test_batch_output_is_encoded_as_the_lanes_would_be() -> None:
     prediction = await model.predict(predict_request("e", [1, 2, 30]))
     expected = np.array([[0.1, 0.1], [0.2, 0.2], [1.0, 1.0]], np.float32)
     assert _decode(prediction, 3).tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize(
+    ("ids", "fragment"),
+    [
+        (["a", "", "a"], "lane 1 for env 'e' has no episode_id"),
+        (["a", "a", ""], "repeats episode id 'a' (lane 1)"),
+        (["a", "b", "a"], "repeats episode id 'a' (lane 2)"),
+        (["a", "b", ""], "lane 2 for env 'e' has no episode_id"),
+    ],
+)
+async def test_blank_or_repeated_episode_ids_name_the_first_bad_lane(
+    ids: list[str], fragment: str
+) -> None:
+    model = ModelHandlerRuntimeModel(Echo(), BOX_ROUTE)
+    with pytest.raises(ModelError) as caught:
+        await model.predict(predict_request("e", [1, 2, 3], ids=ids))
+    assert fragment in caught.value.message
