@@ -74,6 +74,11 @@ async def test_a_fleet_on_ray_gives_each_seed_the_episode_one_local_server_gives
             assert len(fleet) == len(fleet.actors) == 2
             assert all(address.startswith(f"{LOOPBACK}:") for address in fleet)
             report = await run_local(Batched(), options(fleet, seeds))
+            served: set[str] = set()
+            for address in fleet:
+                async with open_env_client(address) as client:
+                    await client.reset()
+                served.add(address)
         async with trio.open_nursery() as nursery:
             local = await nursery.start(serve_env, gym.make("CartPole-v1"), "127.0.0.1:0")
             alone = await run_local(Batched(), options(local, seeds))
@@ -81,7 +86,10 @@ async def test_a_fleet_on_ray_gives_each_seed_the_episode_one_local_server_gives
     assert report.status == "completed"
     assert [e.seed for e in report.episodes] == list(seeds)
     assert per_seed(report) == per_seed(alone)
-    assert {e.endpoint for e in report.episodes} == set(fleet)
+    # Episodes go to whichever endpoint is free: on a loaded machine one of the two can take
+    # all eight while the other is still starting, so each actor's server is checked apart.
+    assert {e.endpoint for e in report.episodes} <= set(fleet)
+    assert served == set(fleet)
     # Leaving the block stopped every actor, and with it its server.
     for address in fleet:
         assert await refused(address)

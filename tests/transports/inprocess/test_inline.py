@@ -145,6 +145,26 @@ async def test_model_inline_errors_match_predict(action: Any) -> None:
     assert (inline.value.lane, inline.value.recoverable) == (0, False)
 
 
+@pytest.mark.parametrize("broken", ["request_id", "episodes", "observation"])
+async def test_model_inline_refuses_a_bad_request_as_predict_does(broken: str) -> None:
+    model = ModelHandlerRuntimeModel(Halve(), BOX_ROUTE, user_code="inline")
+    request = predict_request("env-3", [1.0])
+    if broken == "request_id":
+        assert request.context is not None
+        request.context.request_id = ""
+    elif broken == "episodes":
+        request.episode_info = []
+    else:
+        request.observation = spaces_v1.SpaceValue(leaves=[b"\x00"])
+    with pytest.raises(ModelError) as awaited:
+        await model.predict(request)
+    with pytest.raises(ModelError) as inline:
+        model.predict_inline(request)
+    assert inline.value.message == awaited.value.message
+    assert "env-3" in inline.value.message
+    assert (inline.value.operation, inline.value.recoverable) == ("model.predict", False)
+
+
 async def test_model_inline_declines_when_it_cannot_answer_synchronously() -> None:
     request = predict_request("e", [1.0])
     # The default mode ("auto") starts the model on its worker thread: not synchronously.

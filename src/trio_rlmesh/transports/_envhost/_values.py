@@ -59,7 +59,8 @@ class ValueGate:
     policy: ValidationPolicy = "warn"
     _warned: set[tuple[str, str]] = attrs.field(factory=set)
     _decode_checks_actions: bool = attrs.field(init=False)
-    """Whether decoding an action batch already rejects all that checking it would find."""
+    """Whether decoding (or carrying) an action batch already rejects all that checking it
+    would find."""
 
     def __attrs_post_init__(self) -> None:
         # Decoding a Discrete or MultiDiscrete leaf yields an integer array of the exact
@@ -83,8 +84,9 @@ class ValueGate:
                 batch = decode_batch(self.action_space, leaves, n)
             except CodecError as exc:
                 raise WireError(Code.INVALID_ACTION, f"action does not decode: {exc}") from None
-            if self._decode_checks_actions:
-                return batch, _NONE
+        # A carried batch went through the same domain check as a decoded one.
+        if self._decode_checks_actions:
+            return batch, _NONE
         return batch, self._check("action", batch, n, Code.INVALID_ACTION)
 
     def encode_observations(self, batch: Any, n: int) -> tuple[list[bytes], list[Any]]:

@@ -182,21 +182,21 @@ class ModelHandlerRuntimeModel:
             or "predict" in self.__dict__
         ):
             return None
+        # One request: the per-request halves of predict_group, without its lists.
         started = time.perf_counter_ns()
-        requests = [request]
-        prepared, batch = self._decode(requests)
+        group = self._observe(request)
         decode_ns = time.perf_counter_ns() - started
-        answers: list[PredictFrames | Error] = []
-        drained = _NOT_CALLED
-        if batch:
-            call_started = time.perf_counter_ns()
-            try:
-                answers = engine.predict_grouped_inline(batch)
-            except Exception as exc:
-                answers = _all_failed(exc, len(batch))
-            finally:
-                drained = self._drain(call_started)
-        (result,) = self._encode(requests, prepared, answers, started, decode_ns, drained)
+        if isinstance(group, Error):
+            raise self._wrap(group, _env_of(request), "model.predict")
+        call_started = time.perf_counter_ns()
+        try:
+            (answer,) = engine.predict_grouped_inline([group])
+        except Exception as exc:
+            (answer,) = _all_failed(exc, 1)
+        finally:
+            drained = self._drain(call_started)
+        encode_started = time.perf_counter_ns()
+        result = self._answer(request, group, answer, started, decode_ns, drained, encode_started)
         if isinstance(result, Error):
             raise result
         return result
@@ -224,17 +224,17 @@ class ModelHandlerRuntimeModel:
         self, requests: Sequence[model_v1.PredictRequest]
     ) -> tuple[list[ModelObservation | Error], list[ModelObservation]]:
         """Each request as a group (or its decode error), and the groups that decoded."""
-        prepared: list[ModelObservation | Error] = []
-        for request in requests:
-            try:
-                prepared.append(
-                    observation_from_request(
-                        request, self._route_contract(_env_of(request)), model=self.name
-                    )
-                )
-            except Error as exc:
-                prepared.append(exc)
+        prepared = [self._observe(request) for request in requests]
         return prepared, [group for group in prepared if isinstance(group, ModelObservation)]
+
+    def _observe(self, request: model_v1.PredictRequest) -> ModelObservation | Error:
+        """One request as a group, or its decode error."""
+        try:
+            return observation_from_request(
+                request, self._route_contract(_env_of(request)), model=self.name
+            )
+        except Error as exc:
+            return exc
 
     def _drain(self, call_started: int) -> _Drained:
         # Drained even after a failure, or the time leaks into the next predict.
@@ -252,7 +252,6 @@ class ModelHandlerRuntimeModel:
     ) -> list[ModelPrediction | Error]:
         """Check and encode each group's answer, aligned with ``requests``."""
         encode_started = time.perf_counter_ns()
-        held = drained.held
         results: list[ModelPrediction | Error] = []
         answer_iter = iter(answers)
         for request, group in zip(requests, prepared, strict=True):
@@ -270,41 +269,53 @@ class ModelHandlerRuntimeModel:
                     )
                 )
                 continue
-            if isinstance(answer, BaseException):
-                results.append(self._wrap(answer, group.env_id, "model.predict"))
-                continue
-            try:
-                actions = encode_frames(
-                    answer,
-                    self._route_contract(group.env_id).action_space,
-                    group.num_envs,
-                    model=self.name,
-                    env_id=group.env_id,
-                    carry=self.carry_values,
-                )
-            except Error as exc:
-                results.append(exc)
-                continue
-            assert group.request_id
-            # The decoded group's route identity is the request's context, field for field;
-            # echoing that object also lets the driver's identity check skip a field compare.
-            response = model_v1.PredictResponse(context=request.context, actions=actions)
-            now = time.perf_counter_ns()
             results.append(
-                ModelPrediction(
-                    response=response,
-                    timings=EndpointTimings(
-                        total_ns=now - started,
-                        decode_ns=decode_ns,
-                        user_ns=drained.user_ns,
-                        encode_ns=now - encode_started,
-                        adapter_ns=drained.adapter_ns,
-                        held_episodes=held.episodes if held is not None else None,
-                        held_state_bytes=held.bytes if held is not None else None,
-                    ),
-                )
+                self._answer(request, group, answer, started, decode_ns, drained, encode_started)
             )
         return results
+
+    def _answer(
+        self,
+        request: model_v1.PredictRequest,
+        group: ModelObservation,
+        answer: PredictFrames | Error,
+        started: int,
+        decode_ns: int,
+        drained: _Drained,
+        encode_started: int,
+    ) -> ModelPrediction | Error:
+        """One group's answer checked and encoded (or carried), or its error."""
+        if isinstance(answer, BaseException):
+            return self._wrap(answer, group.env_id, "model.predict")
+        space = group.action_space
+        try:
+            actions = encode_frames(
+                answer,
+                space if space is not None else self._route_contract(group.env_id).action_space,
+                group.num_envs,
+                model=self.name,
+                env_id=group.env_id,
+                carry=self.carry_values,
+            )
+        except Error as exc:
+            return exc
+        # The decoded group's route identity is the request's context, field for field;
+        # echoing that object also lets the driver's identity check skip a field compare.
+        response = model_v1.PredictResponse(context=request.context, actions=actions)
+        now = time.perf_counter_ns()
+        held = drained.held
+        return ModelPrediction(
+            response=response,
+            timings=EndpointTimings(
+                total_ns=now - started,
+                decode_ns=decode_ns,
+                user_ns=drained.user_ns,
+                encode_ns=now - encode_started,
+                adapter_ns=drained.adapter_ns,
+                held_episodes=held.episodes if held is not None else None,
+                held_state_bytes=held.bytes if held is not None else None,
+            ),
+        )
 
     async def reset_adapter(self, request: model_v1.ResetAdapterRequest) -> None:
         """Route an episode-end eviction to the route setup, then to the handler."""
