@@ -16,6 +16,7 @@ from trio_rlmesh.model import (
     as_handler,
     predict_seed,
 )
+from trio_rlmesh.spaces._internal import LaneRows
 
 from .helpers import BOX_ROUTE, observation
 
@@ -72,7 +73,12 @@ async def test_horizon_one_uses_plain_batch() -> None:
     engine = _engine(model)
     (result,) = await engine.predict_grouped([observation("e", [1, 2])])
     assert model.calls == ["batch"]
-    assert _frames(result).replay == []
+    frames = _frames(result)
+    assert frames.replay == []
+    assert [a.tolist() for a in frames.actions] == [[1.0, 1.0], [2.0, 2.0]]
+    # The actions remember the batch the model returned, so the encoder takes it whole.
+    assert isinstance(frames.actions, LaneRows)
+    assert frames.actions.source() is not None
 
 
 class ChunkAndBatch(Recorder):

@@ -498,6 +498,15 @@ class ModelEngine:
                 action = self._user(corner, group.lanes()[0], 1, context, 0)
                 return PredictFrames([action], [])
             forward = _Forward(self, [group], horizon)
+            if horizon == 1 and self._corners.has_batch:
+                # A batch corner at horizon 1: what _dispatch and _finish make of it, without
+                # the per-lane frame lists, so the actions keep the batch the model returned
+                # (a LaneRows), which the encoder then takes whole.
+                n = group.num_envs
+                actions = self._batch(forward, forward.batch, n, None)
+                if len(actions) != n:
+                    return self._finish([[action] for action in actions], n)
+                return PredictFrames(actions, [])
             frames = self._dispatch(forward)
             return self._finish(frames, group.num_envs)
         except _Failure as failure:

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..spaces import Box, Dict, Space, Text, Tuple, stack_lanes, unstack
+from ..spaces import Box, Dict, Space, Text, Tuple, stack_lanes
+from ..spaces._internal import LaneRows, unstack_rows
 
 __all__ = [
     "concat_batches",
@@ -55,7 +56,7 @@ def split_batch(value: Any, n: int, space: Space | None = None) -> list[Any]:
             raise ValueError(f"returned a list of {len(value)} items for {n} lanes")
         return value
     if space is not None:
-        return unstack(space, value, n)
+        return unstack_rows(space, value, n)
     if isinstance(value, Mapping):
         columns = {key: split_batch(item, n) for key, item in value.items()}
         return [{key: column[i] for key, column in columns.items()} for i in range(n)]
@@ -148,6 +149,9 @@ def find_nan(space: Space, actions: Sequence[Any]) -> tuple[int, str] | None:
     """The first (lane, path) whose float Box leaf holds a NaN, or ``None``."""
     if not _has_float_box(space):
         return None
+    source = actions.source() if type(actions) is LaneRows else None
+    if source is not None and _nan_path(space, source, "$") is None:
+        return None  # the batch the rows came from holds no NaN, so no lane does
     for lane, action in enumerate(actions):
         path = _nan_path(space, action, "$")
         if path is not None:

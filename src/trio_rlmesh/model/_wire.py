@@ -165,20 +165,10 @@ def observation_from_request(
     infos = request.episode_info
     if not infos:
         raise _invalid(f"predict request for env {context.env_id!r} names no episode")
-    seen: set[str] = set()
-    episodes = []
-    for lane, info in enumerate(infos):
-        if not info.episode_id:
-            raise _invalid(
-                f"predict request lane {lane} for env {context.env_id!r} has no episode_id"
-            )
-        if info.episode_id in seen:
-            raise _invalid(
-                f"predict request for env {context.env_id!r} repeats episode id "
-                f"{info.episode_id!r} (lane {lane})"
-            )
-        seen.add(info.episode_id)
-        episodes.append(EpisodeRef(info.episode_id, info.seed))
+    ids = [info.episode_id for info in infos]
+    if not all(ids) or len(set(ids)) != len(ids):
+        _refuse_episode_ids(ids, context.env_id)
+    episodes = [EpisodeRef(info.episode_id, info.seed) for info in infos]
     space = contract.observation_space
     if space is None:
         raise _invalid(f"env {context.env_id!r} has no observation space to decode with")
@@ -222,6 +212,20 @@ def observation_from_request(
         observation_space=space,
         action_space=contract.action_space,
     )
+
+
+def _refuse_episode_ids(ids: Sequence[str], env_id: str) -> None:
+    """Raise for the first lane with a blank or repeated episode id."""
+    seen: set[str] = set()
+    for lane, episode_id in enumerate(ids):
+        if not episode_id:
+            raise _invalid(f"predict request lane {lane} for env {env_id!r} has no episode_id")
+        if episode_id in seen:
+            raise _invalid(
+                f"predict request for env {env_id!r} repeats episode id "
+                f"{episode_id!r} (lane {lane})"
+            )
+        seen.add(episode_id)
 
 
 def _bad_action(model: str, env_id: str) -> str:

@@ -340,7 +340,20 @@ class _Fixed(_Node):
             )
         return array[np.newaxis]
 
+    def checked_batch(self, batch: Any, n: int) -> npt.NDArray[Any]:
+        """``batch`` as an array, once its shape is checked to be ``n`` lanes."""
+        array = _as_array(batch, self.path)
+        if array.shape != (n, *self.shape):
+            raise _shape_error(self.path, (n, *self.shape), array.shape)
+        return array
+
     def stack(self, lanes: Sequence[Any], copy: bool = True) -> Any:
+        if type(lanes) is LaneRows:
+            source = lanes.source()
+            if source is not None:
+                # The rows of one array whose shape unstack_rows checked: np.stack of them
+                # is that array (same dtype, same values), without the pass over each lane.
+                return _coerce(source.copy() if copy else source, self.wire, self.path)
         arrays = [_as_array(lane, self.path) for lane in lanes]
         for index, array in enumerate(arrays):
             if array.shape != self.shape:
@@ -358,9 +371,7 @@ class _Fixed(_Node):
         return _coerce(np.stack(arrays), self.wire, self.path)
 
     def unstack(self, batch: Any, n: int) -> list[Any]:
-        array = _as_array(batch, self.path)
-        if array.shape != (n, *self.shape):
-            raise _shape_error(self.path, (n, *self.shape), array.shape)
+        array = self.checked_batch(batch, n)
         # One row is list(array) without the iterator (a fraction of its cost).
         return [array[0]] if n == 1 else list(array)
 
@@ -693,6 +704,41 @@ def _compile(space: Space, path: str, first: int) -> _Node:
             nodes.append(node)
         return _TupleNode(path, start, nodes)
     raise TypeError(f"{type(space).__name__} is not a space")
+
+
+class LaneRows(list[Any]):
+    """The rows :func:`unstack_rows` cut from one array, and that array.
+
+    A list like any other; while it still holds exactly those rows (nothing replaced,
+    added or removed), stacking it again (:func:`encode_lanes`, :func:`carry_lanes`,
+    :func:`stack_lanes`) takes the array as it is instead of checking and stacking lane
+    by lane: a batch a model returned, split per lane for the engine, is encoded whole.
+    """
+
+    __slots__ = ("_batch", "_rows")
+
+    def __init__(self, batch: npt.NDArray[Any]) -> None:
+        rows = list(batch)
+        super().__init__(rows)
+        self._batch = batch
+        self._rows = tuple(rows)
+
+    def source(self) -> npt.NDArray[Any] | None:
+        """The array the rows came from, or ``None`` once the list was changed."""
+        rows = self._rows
+        if len(self) == len(rows) and all(map(operator.is_, self, rows)):
+            return self._batch
+        return None
+
+
+def unstack_rows(space: Space, batch: Any, n: int) -> list[Any]:
+    """:func:`unstack`, as a :class:`LaneRows` for a Box, Discrete, MultiBinary or
+    MultiDiscrete space of more than one lane (other spaces: a plain list)."""
+    node = _root(space)
+    n = _check_n(n)
+    if n > 1 and isinstance(node, _Fixed):
+        return LaneRows(node.checked_batch(batch, n))
+    return node.unstack(batch, n)
 
 
 def _root(space: Space) -> _Node:

@@ -7,17 +7,19 @@ it (``tests/test_layering.py`` checks that).
 
 from __future__ import annotations
 
-from ._codec import carry_batch, carry_lanes
+from ._codec import LaneRows, carry_batch, carry_lanes, unstack_rows
 from ._conformance import check_batch
 from ._errors import ROOT, child_path, index_path
 from ._spaces import iter_leaves
 
 __all__ = [
     "ROOT",
+    "LaneRows",
     "carry_batch",
     "carry_lanes",
     "check_batch",
     "child_path",
     "index_path",
     "iter_leaves",
+    "unstack_rows",
 ]

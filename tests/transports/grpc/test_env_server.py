@@ -766,6 +766,55 @@ def test_tracker_rejects_next_step_violations_without_mutation() -> None:
     assert [(e.episode_id, e.step_count) for e in final] == [("a2", 0)]
 
 
+def test_tracker_columns_ask_only_for_finishing_and_rolling_lanes() -> None:
+    tracker = EpisodeTracker(3, next_step=True)
+    tracker.on_reset([0, 1, 2], ["a", "b", "c"], [7, 8, 9])
+    asked: list[tuple[str, int]] = []
+
+    def final_info(position: int) -> spaces_v1.MetaMap | None:
+        asked.append(("final", position))
+        return None
+
+    def next_id(position: int, lane: int) -> str:
+        asked.append(("next", position))
+        return f"n{lane}"
+
+    lanes = [0, 1, 2]
+    for _ in range(3):  # every lane active, none done: nothing asked, rewards summed
+        assert (
+            tracker.on_step_lanes(
+                lanes, [1.0, 0.5, 0.25], [False] * 3, [False] * 3, final_info, next_id
+            )
+            == []
+        )
+    assert asked == []
+    done = tracker.on_step_lanes(
+        lanes, [1.0, 0.5, 0.25], [False, True, False], [False, False, True], final_info, next_id
+    )
+    assert asked == [("final", 1), ("final", 2)]
+    assert [(e.episode_id, e.seed, e.step_count, e.cumulative_reward) for e in done] == [
+        ("b", 8, 4, 2.0),
+        ("c", 9, 4, 1.0),
+    ]
+    assert [(e.terminated, e.truncated) for e in done] == [(True, False), (False, True)]
+    asked.clear()
+    # Lanes 1 and 2 roll (NEXT_STEP); lane 0 keeps counting; a bad roll changes nothing.
+    with pytest.raises(WireError, match="lane 2 returned reward"):
+        tracker.on_step_lanes(lanes, [1.0, 0.0, 3.0], [False] * 3, [False] * 3, final_info, next_id)
+    assert asked == []
+    assert (
+        tracker.on_step_lanes(lanes, [1.0, 0.0, 0.0], [False] * 3, [False] * 3, final_info, next_id)
+        == []
+    )
+    assert asked == [("next", 1), ("next", 2)]
+    final = tracker.on_close()
+    assert [(e.episode_id, e.step_count, e.cumulative_reward) for e in final] == [
+        ("a", 5, 5.0),
+        ("n1", 0, 0.0),
+        ("n2", 0, 0.0),
+    ]
+
+
 def test_tracker_interrupted_buffer_is_bounded() -> None:
     tracker = EpisodeTracker(1, next_step=False)
     for i in range(105):

@@ -272,3 +272,64 @@ async def test_discrete_action_space_round_trip() -> None:
         2,
         1,
     ]
+
+
+class BadBatch(Model):
+    """predict_batch whose lane 1 is bad: a NaN (Box) or an out-of-domain value (Discrete)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def predict_batch(self, observations: Any) -> Any:
+        n = len(observations)
+        if self.kind == "nan":
+            actions = np.zeros((n, 2), np.float32)
+            actions[1, 0] = np.nan
+            return actions
+        if self.kind == "domain":
+            return np.array([0, 7] + [1] * (n - 2))
+        return np.clip(observations / 10, -1, 1)
+
+
+@pytest.mark.parametrize(
+    ("kind", "route", "fragment"),
+    [("nan", BOX_ROUTE, "holds NaN"), ("domain", DISCRETE_ROUTE, "7")],
+)
+async def test_bad_batch_output_names_the_lane(
+    kind: str, route: RouteContract, fragment: str
+) -> None:
+    # The batch reaches the encoder whole (no per-lane pass when it is good); a bad one
+    # is still traced to its lane.
+    model = ModelHandlerRuntimeModel(BadBatch(kind), route)
+    with pytest.raises(ModelError) as caught:
+        await model.predict(predict_request("env-7", [1, 2, 3]))
+    error = caught.value
+    assert "'env-7'" in error.message
+    assert "lane 1" in error.message
+    assert error.lane == 1
+    assert fragment in error.message
+
+
+async def test_batch_output_is_encoded_as_the_lanes_would_be() -> None:
+    model = ModelHandlerRuntimeModel(BadBatch("good"), BOX_ROUTE)
+    prediction = await model.predict(predict_request("e", [1, 2, 30]))
+    expected = np.array([[0.1, 0.1], [0.2, 0.2], [1.0, 1.0]], np.float32)
+    assert _decode(prediction, 3).tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize(
+    ("ids", "fragment"),
+    [
+        (["a", "", "a"], "lane 1 for env 'e' has no episode_id"),
+        (["a", "a", ""], "repeats episode id 'a' (lane 1)"),
+        (["a", "b", "a"], "repeats episode id 'a' (lane 2)"),
+        (["a", "b", ""], "lane 2 for env 'e' has no episode_id"),
+    ],
+)
+async def test_blank_or_repeated_episode_ids_name_the_first_bad_lane(
+    ids: list[str], fragment: str
+) -> None:
+    model = ModelHandlerRuntimeModel(Echo(), BOX_ROUTE)
+    with pytest.raises(ModelError) as caught:
+        await model.predict(predict_request("e", [1, 2, 3], ids=ids))
+    assert fragment in caught.value.message

@@ -29,7 +29,7 @@ import trio
 from ...protocol import SUPPORTED_WORKFLOW_EDITIONS, core_v1, env_v1, meta_to_python, spaces_v1
 from ._errors import Code, WireError
 from ._shapes import EnvShape, LaneEnvs, LaneResult, VectorEnv, open_shape
-from ._tracker import EpisodeTracker, StepOutcome, vector_final_info
+from ._tracker import EpisodeTracker, vector_final_info
 from ._values import (
     ValidationPolicy,
     ValueGate,
@@ -303,42 +303,41 @@ class EnvSession:
             term = [bool(t) for t in _lane_values(result.terminated, count, "terminated")]
             trunc = [bool(t) for t in _lane_values(result.truncated, count, "truncated")]
             info = result.info
-            finals = [
-                vector_final_info(info, lane, count) if term[i] or trunc[i] else None
-                for i, lane in enumerate(lanes)
-            ]
+            finals = {
+                i: vector_final_info(info, lane, count) for i, lane in _done(lanes, term, trunc)
+            }
             batch = result.observation
         elif count == 1:
             # One lane (every single-env step): the general branch below, without its lists.
             result = results[0]
             rewards, term, trunc = [result.reward], [result.terminated], [result.truncated]
             info = result.info
-            finals = [info if result.terminated or result.truncated else None]
+            finals = {0: info} if result.terminated or result.truncated else {}
             batch = gate.one_lane(result.observation)
         else:
             rewards = [r.reward for r in results]
             term = [r.terminated for r in results]
             trunc = [r.truncated for r in results]
-            finals = [r.info if (r.terminated or r.truncated) else None for r in results]
+            finals = {i: results[i].info for i, _ in _done(lanes, term, trunc)}
             batch = gate.stack_observations([r.observation for r in results])
             info = merge_lane_infos([r.info for r in results])
         observation, warnings = self._observation(batch, count)
         all_warnings = plan.warnings + warnings if plan.warnings else warnings
         infos = infos_to_meta(info, all_warnings)
+        final_infos = {
+            i: infos_to_meta(final, _NO_WARNINGS) if final is not None else None
+            for i, final in finals.items()
+        }
         width = self.shape.num_lanes
         ids = request.episode_ids
-        outcomes = [
-            StepOutcome(
-                lane,
-                rewards[i],
-                term[i],
-                trunc[i],
-                infos_to_meta(finals[i], _NO_WARNINGS) if finals[i] is not None else None,
-                _episode_id(ids, i, lane, count, width),
-            )
-            for i, lane in enumerate(lanes)
-        ]
-        completed = self.tracker.on_step(outcomes)
+        completed = self.tracker.on_step_lanes(
+            lanes,
+            rewards,
+            term,
+            trunc,
+            final_infos.get,
+            lambda position, lane: _episode_id(ids, position, lane, count, width),
+        )
         return env_v1.StepResponse(
             observation=observation,
             rewards=rewards,
@@ -400,6 +399,13 @@ def _episode_id(ids: Sequence[str], position: int, lane: int, count: int, width:
     if len(ids) == count:
         return ids[position]
     return ""
+
+
+def _done(lanes: Sequence[int], term: Sequence[Any], trunc: Sequence[Any]) -> list[tuple[int, int]]:
+    """``(position, lane)`` of the lanes that terminated or truncated on a step."""
+    if not any(term) and not any(trunc):
+        return []
+    return [(i, lane) for i, lane in enumerate(lanes) if term[i] or trunc[i]]
 
 
 def _lane_values(values: Any, n: int, what: str) -> list[Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import enum
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -120,54 +120,107 @@ class EpisodeTracker:
 
     def check_step(self, outcomes: Sequence[StepOutcome]) -> None:
         """Raise INTERNAL for a NEXT_STEP contract violation (spec §6.4); no mutation."""
+        self._check(
+            [o.lane for o in outcomes],
+            [o.reward for o in outcomes],
+            [o.terminated for o in outcomes],
+            [o.truncated for o in outcomes],
+        )
+
+    def _check(
+        self,
+        lanes: Sequence[int],
+        rewards: Sequence[float],
+        terminated: Sequence[bool],
+        truncated: Sequence[bool],
+    ) -> None:
         if not self.next_step:
             return
-        for outcome in outcomes:
-            state = self._states[outcome.lane]
+        states = self._states
+        for position, lane in enumerate(lanes):
+            state = states[lane]
             if state is TrackedLane.IDLE:
                 raise WireError(
                     Code.INTERNAL,
-                    f"lane {outcome.lane} was stepped before it was reset (NEXT_STEP env)",
+                    f"lane {lane} was stepped before it was reset (NEXT_STEP env)",
                 )
             if state is TrackedLane.PENDING_AUTORESET:
-                if outcome.terminated or outcome.truncated:
+                if terminated[position] or truncated[position]:
                     raise WireError(
                         Code.INTERNAL,
-                        f"lane {outcome.lane} reported done again on its autoreset step",
+                        f"lane {lane} reported done again on its autoreset step",
                     )
-                if outcome.reward != 0.0:
+                if rewards[position] != 0.0:
                     raise WireError(
                         Code.INTERNAL,
-                        f"lane {outcome.lane} returned reward {outcome.reward} on its autoreset "
+                        f"lane {lane} returned reward {rewards[position]} on its autoreset "
                         "step; it must be 0.0",
                     )
 
     def on_step(self, outcomes: Sequence[StepOutcome]) -> list[env_v1.EpisodeMetadata]:
         """Record a step; returns buffered interrupted episodes then new completions."""
-        self.check_step(outcomes)
+        finals = {i: o.final_info for i, o in enumerate(outcomes)}
+        ids = [o.next_episode_id for o in outcomes]
+        return self.on_step_lanes(
+            [o.lane for o in outcomes],
+            [o.reward for o in outcomes],
+            [o.terminated for o in outcomes],
+            [o.truncated for o in outcomes],
+            finals.get,
+            lambda position, lane: ids[position],
+        )
+
+    def on_step_lanes(
+        self,
+        lanes: Sequence[int],
+        rewards: Sequence[float],
+        terminated: Sequence[bool],
+        truncated: Sequence[bool],
+        final_info: Callable[[int], spaces_v1.MetaMap | None],
+        next_episode_id: Callable[[int, int], str],
+    ) -> list[env_v1.EpisodeMetadata]:
+        """:meth:`on_step` in columns: one entry per lane of ``lanes`` in each sequence.
+
+        ``final_info(position)`` and ``next_episode_id(position, lane)`` are asked only for
+        lanes that finish and lanes that roll (NEXT_STEP), so a step where every lane is
+        active and none finishes costs no per-lane objects.
+        """
+        states = self._states
+        active = TrackedLane.ACTIVE
+        everyone = states.count(active) == self.num_lanes
+        if not everyone:
+            self._check(lanes, rewards, terminated, truncated)
         completed = list(self._interrupted)
         self._interrupted.clear()
+        episodes = self._episodes
+        if everyone and not any(terminated) and not any(truncated):
+            # Every lane active (an active lane always has its episode) and none done.
+            for position, lane in enumerate(lanes):
+                episode = episodes[lane]
+                assert episode is not None
+                episode.steps += 1
+                episode.reward += rewards[position]
+            return completed
         now = time.time_ns()
-        for outcome in outcomes:
-            lane = outcome.lane
-            state = self._states[lane]
+        for position, lane in enumerate(lanes):
+            state = states[lane]
             if state is TrackedLane.PENDING_AUTORESET:
-                self._episodes[lane] = _Episode(outcome.next_episode_id, None, now)
-                self._states[lane] = TrackedLane.ACTIVE
+                episodes[lane] = _Episode(next_episode_id(position, lane), None, now)
+                states[lane] = active
                 continue
-            episode = self._episodes[lane]
-            if state is not TrackedLane.ACTIVE or episode is None:
+            episode = episodes[lane]
+            if state is not active or episode is None:
                 continue
             episode.steps += 1
-            episode.reward += outcome.reward
-            if outcome.terminated or outcome.truncated:
+            episode.reward += rewards[position]
+            if terminated[position] or truncated[position]:
                 completed.append(
-                    episode.finish(lane, outcome.terminated, outcome.truncated, outcome.final_info)
+                    episode.finish(
+                        lane, terminated[position], truncated[position], final_info(position)
+                    )
                 )
-                self._episodes[lane] = None
-                self._states[lane] = (
-                    TrackedLane.PENDING_AUTORESET if self.next_step else TrackedLane.IDLE
-                )
+                episodes[lane] = None
+                states[lane] = TrackedLane.PENDING_AUTORESET if self.next_step else TrackedLane.IDLE
         return completed
 
     def on_close(self) -> list[env_v1.EpisodeMetadata]:
