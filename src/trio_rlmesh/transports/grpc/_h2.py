@@ -74,7 +74,7 @@ import h2.settings
 import h2.stream
 import trio
 
-from ._framing import MessageDecoder, frame
+from ._framing import HEADER_SIZE, MessageDecoder, frame
 from ._settings import GrpcSettings
 from ._status import (
     ConnectionLost,
@@ -96,6 +96,8 @@ _DEFAULT_WINDOW: Final = 65_535
 _FRAME_HEADER: Final = struct.Struct(">HBBBL")
 """An HTTP/2 frame header: the 24-bit length as 16 + 8 bits, type, flags, stream id."""
 _FRAME_HEADER_SIZE: Final = 9
+_DATA_FRAME_AND_MESSAGE_HEADER: Final = struct.Struct(">HBBBLBI")
+"""A DATA frame's header followed by its one message's gRPC prefix (flag, length)."""
 _DATA: Final = 0
 _STREAM_ID_MASK: Final = 0x7FFF_FFFF
 _OPEN_CONNECTION: Final = frozenset(
@@ -122,6 +124,7 @@ def _h2_internals_present() -> bool:
             conn.incoming_buffer._headers_buffer,
             conn.incoming_buffer._preamble_len,
             conn.incoming_buffer._data,
+            conn._data_to_send,
             conn._inbound_flow_control_window_manager.current_window_size,
             conn._inbound_flow_control_window_manager.window_consumed,
             conn.outbound_flow_control_window,
@@ -135,7 +138,7 @@ def _h2_internals_present() -> bool:
             stream.state_machine.state,
             stream.state_machine.headers_received,
         )
-        return len(checks) == 15 and stream.state_machine.state in _CAN_SEND
+        return len(checks) == 16 and stream.state_machine.state in _CAN_SEND
     except Exception:  # pragma: no cover - a different h2
         return False
 
@@ -622,12 +625,11 @@ class H2Connection:
 
     async def send_message(self, stream: H2Stream, message: bytes, end: bool) -> None:
         self._check_sendable(stream)
-        payload = frame(message)
         sid = stream.stream_id
         try:
-            if not end and FAST_DATA and self._send_fast(sid, payload):
+            if not end and FAST_DATA and self._send_fast(sid, message):
                 pass
-            elif len(payload) <= min(
+            elif len(payload := frame(message)) <= min(
                 self._h2.local_flow_control_window(sid), self._h2.max_outbound_frame_size
             ):
                 self._h2.send_data(sid, payload, end_stream=end)
@@ -640,8 +642,8 @@ class H2Connection:
             self._maybe_forget(stream)
         await self.flush()
 
-    def _send_fast(self, sid: int, payload: bytes) -> bool:
-        """Queue ``payload`` as one DATA frame without h2, if that is plainly allowed.
+    def _send_fast(self, sid: int, message: bytes) -> bool:
+        """Queue ``message`` (framed) as one DATA frame without h2, if that is plainly allowed.
 
         It must fit one frame and both send windows, on a stream h2 lets this side send
         on; the windows are debited exactly as h2's ``send_data`` would. Otherwise nothing
@@ -649,7 +651,7 @@ class H2Connection:
         """
         conn = self._h2
         stream = conn.streams.get(sid)
-        size = len(payload)
+        size = len(message) + HEADER_SIZE
         if (
             stream is None
             or size > conn.outbound_flow_control_window
@@ -662,7 +664,11 @@ class H2Connection:
         conn.outbound_flow_control_window -= size
         stream.outbound_flow_control_window -= size
         self._collect()  # what h2 queued before goes out first
-        self._outbox.append(_FRAME_HEADER.pack(size >> 8, size & 0xFF, _DATA, 0, sid) + payload)
+        # The frame header and the message's gRPC prefix in one pack.
+        head = _DATA_FRAME_AND_MESSAGE_HEADER.pack(
+            size >> 8, size & 0xFF, _DATA, 0, sid, 0, len(message)
+        )
+        self._outbox.append(head + message)
         self._queued_seq += 1
         return True
 
@@ -817,6 +823,10 @@ class H2Connection:
     # ----------------------------------------------------------------- writing
 
     def _collect(self) -> None:
+        if FAST_DATA and not self._h2._data_to_send:
+            # Nothing queued in h2 (the usual case per message): skip data_to_send(), which
+            # copies and replaces its buffer on every call.
+            return
         data = self._h2.data_to_send()
         if data:
             self._outbox.append(data)
