@@ -14,7 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +203,21 @@ def _trip_sigint() -> None:
     _thread.interrupt_main(signal.SIGINT)
 
 
+@pytest.fixture
+def python_sigint_handler() -> Iterator[None]:
+    """Python's own SIGINT handler for the test, as in an interactive program.
+
+    A process started in the background by a shell inherits SIGINT ignored, and Python
+    then leaves it ignored: there, Ctrl-C would raise nothing to test.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("python_sigint_handler")
 @pytest.mark.parametrize("interrupt", [_send_sigint, _trip_sigint], ids=["signal", "tripped"])
 def test_ctrl_c_during_a_step_cancels_it_and_the_env_stays_usable(
     interrupt: Callable[[], None],

@@ -363,3 +363,42 @@ def test_step_rewards_slices_the_answer_for_the_group(
 ) -> None:
     b = book(num_envs, lockstep=lockstep)
     assert list(b.step_rewards(lanes, rewards, indices)) == out
+
+
+def test_a_lane_that_ends_mid_batch_leaves_the_all_active_step() -> None:
+    # Ids, rows and "every lane is active" are kept between lane transitions; one lane
+    # of a batch ending must show in each at once, and its next step take the checked path.
+    b = book(3)  # runtime-owned resets: the ended lane goes IDLE
+    b.begin_reset([0, 1, 2])
+    b.reset_done([0, 1, 2], 0.0)
+    b.record_step((0, 1, 2), [1.0] * 3, 1.0)
+    ids = b.step_ids((0, 1, 2))
+    assert ids == ["id-1", "id-2", "id-3"]
+    ids.append("mine")  # the caller's copy
+    assert b.step_ids((0, 1, 2)) == ["id-1", "id-2", "id-3"]
+    b.end_episode(1, terminated=True, truncated=False, final_info=None, now=1)
+    before = [(s.steps, s.env_steps, s.reward) for s in b.slots]
+    with pytest.raises(LaneStateError, match="lane 1: stepped is illegal while the lane is idle"):
+        b.record_step((0, 1, 2), [1.0] * 3, 2.0)
+    assert [(s.steps, s.env_steps, s.reward) for s in b.slots] == before
+    b.begin_reset([1])
+    b.reset_done([1], 2.0)
+    assert b.step_ids((0, 1, 2)) == ["id-1", "id-4", "id-3"]
+    assert b.episode_info((0, 1, 2)) == [("id-1", None), ("id-4", None), ("id-3", None)]
+    b.record_step((0, 1, 2), [1.0] * 3, 3.0)
+    assert [(s.steps, s.env_steps) for s in b.slots] == [(2, 2), (1, 2), (2, 2)]
+
+
+def test_a_lane_that_ends_mid_batch_rolls_on_the_next_step() -> None:
+    b = book(3, owns_resets=False)
+    b.begin_reset([0, 1, 2])
+    b.reset_done([0, 1, 2], 0.0)
+    b.record_step((0, 1, 2), [1.0] * 3, 1.0)
+    assert b.step_ids((0, 1, 2)) == ["id-1", "id-2", "id-3"]
+    b.end_episode(2, terminated=True, truncated=False, final_info=None, now=1)
+    next_id = b.slots[2].next_id
+    assert b.step_ids((0, 1, 2)) == ["id-1", "id-2", next_id]
+    rolled = b.record_step((0, 1, 2), [1.0] * 3, 2.0)
+    assert [(new.env_index, new.episode_id, old) for new, old in rolled] == [(2, next_id, "id-3")]
+    assert b.step_ids((0, 1, 2)) == ["id-1", "id-2", next_id]
+    assert [(s.steps, s.reward) for s in b.slots] == [(2, 2.0), (2, 2.0), (0, 0.0)]

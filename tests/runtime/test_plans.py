@@ -257,3 +257,19 @@ def test_illegal_calls_raise_and_change_nothing() -> None:
     with pytest.raises(RuntimeError, match="replay them first"):
         plan.take_prefetch()
     assert [name(f) for f in plan.queue] == ["b"]
+
+
+def test_predict_rows_are_reused_until_a_lane_moves() -> None:
+    book, plan = started(2)  # env-owned resets: an ended lane rolls on the next step
+    first = plan.request(ctx(1))
+    step(book, plan, "o1")
+    second = plan.request(ctx(2))
+    assert [i.episode_id for i in second.episode_info] == ["id-1", "id-2"]
+    assert second.episode_info is not first.episode_info  # each request owns its list
+    assert all(a is b for a, b in zip(first.episode_info, second.episode_info, strict=True))
+    book.end_episode(1, terminated=True, truncated=False, final_info=None, now=1.0)
+    # The terminal observation's predict still names the ended episode ...
+    assert [i.episode_id for i in plan.request(ctx(3)).episode_info] == ["id-1", "id-2"]
+    step(book, plan, "o2")  # ... and the roll starts the next one.
+    rows = plan.request(ctx(4)).episode_info
+    assert [(i.episode_id, i.seed) for i in rows] == [("id-1", 7), ("id-3", None)]

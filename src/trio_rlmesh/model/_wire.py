@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -165,10 +166,7 @@ def observation_from_request(
     infos = request.episode_info
     if not infos:
         raise _invalid(f"predict request for env {context.env_id!r} names no episode")
-    ids = [info.episode_id for info in infos]
-    if not all(ids) or len(set(ids)) != len(ids):
-        _refuse_episode_ids(ids, context.env_id)
-    episodes = [EpisodeRef(info.episode_id, info.seed) for info in infos]
+    episodes = _episodes(infos, context.env_id)
     space = contract.observation_space
     if space is None:
         raise _invalid(f"env {context.env_id!r} has no observation space to decode with")
@@ -206,12 +204,46 @@ def observation_from_request(
         env_id=context.env_id,
         session_id=context.session_id,
         request_id=context.request_id,
-        episodes=tuple(episodes),
+        episodes=episodes,
         step=request.step,
         history=history,
         observation_space=space,
         action_space=contract.action_space,
     )
+
+
+_episode_id = operator.attrgetter("episode_id")
+_seed = operator.attrgetter("seed")
+
+
+@attrs.frozen
+class _Episodes:
+    ids: list[str]
+    seeds: list[int | None]
+    refs: tuple[EpisodeRef, ...]
+
+
+class _Last:
+    """The episodes of the last valid predict request decoded (any route, any thread)."""
+
+    episodes = _Episodes([], [], ())
+
+
+def _episodes(infos: Sequence[model_v1.EpisodeInfo], env_id: str) -> tuple[EpisodeRef, ...]:
+    """A predict's validated lane episodes; the last request's when its rows are the same.
+
+    A run's lanes keep their episodes for many steps, so most requests repeat the last.
+    """
+    ids = list(map(_episode_id, infos))
+    seeds = list(map(_seed, infos))
+    last = _Last.episodes  # one read: another thread may replace it, never change it
+    if ids == last.ids and seeds == last.seeds:
+        return last.refs
+    if not all(ids) or len(set(ids)) != len(ids):
+        _refuse_episode_ids(ids, env_id)
+    refs = tuple(map(EpisodeRef, ids, seeds))
+    _Last.episodes = _Episodes(ids, seeds, refs)
+    return refs
 
 
 def _refuse_episode_ids(ids: Sequence[str], env_id: str) -> None:

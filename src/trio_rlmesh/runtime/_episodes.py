@@ -37,6 +37,11 @@ stale-completion filtering (:meth:`EpisodeBook.apply_completions`), and the exac
 ``step_ids``, ``episode_info``, ``capped_lanes``) change nothing. It does no I/O and
 never reads a clock: callers pass ``now``.
 
+Ids, seeds and states change only with a transition, which bumps
+:attr:`EpisodeBook.epoch`: what depends on them alone (``step_ids``, ``episode_info``,
+whether every lane of a step is ACTIVE) is built once per lane group and epoch, so the
+common step (every lane active, none ending) loops over its lanes once, to count.
+
 One endpoint of a fleet run shares its episodes with the others: its book is given the
 fleet's :class:`~trio_rlmesh.runtime._pool.EpisodePool`, which then decides each new
 episode's index and seed and holds the quota (the book's own seed rules and
@@ -47,7 +52,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Container, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
@@ -69,6 +74,8 @@ __all__ = [
     "LaneStateError",
     "PlannedEpisode",
 ]
+
+_T = TypeVar("_T")
 
 
 class LaneState(enum.Enum):
@@ -202,6 +209,11 @@ class EpisodeBook:
         self.discarded_seeds = 0
         self.stale_completions = 0
         self.over_quota = 0
+        self.epoch = 0
+        """Bumped by every lane transition; ids, seeds and states change only with one."""
+        self._ids: dict[tuple[int, ...], tuple[int, list[str]]] = {}
+        self._infos: dict[tuple[int, ...], tuple[int, list[tuple[str, int | None]]]] = {}
+        self._steady: dict[tuple[int, ...], tuple[int, bool]] = {}
 
     @classmethod
     def for_session(cls, spec: RuntimeSessionSpec, pool: EpisodePool | None = None) -> EpisodeBook:
@@ -238,6 +250,25 @@ class EpisodeBook:
 
     def _move(self, slot: _Slot, event: LaneEvent) -> None:
         slot.state = _TRANSITIONS[(slot.state, event)]
+        self.epoch += 1
+
+    def _since_move(
+        self,
+        cache: dict[tuple[int, ...], tuple[int, _T]],
+        lanes: Sequence[int],
+        build: Callable[[tuple[int, ...]], _T],
+    ) -> _T:
+        """``build(lanes)``, reused until the next lane transition (:attr:`epoch`).
+
+        Only for what a transition alone changes: ids, seeds and states.
+        """
+        key = lanes if type(lanes) is tuple else tuple(lanes)
+        hit = cache.get(key)
+        if hit is not None and hit[0] == self.epoch:
+            return hit[1]
+        value = build(key)
+        cache[key] = (self.epoch, value)
+        return value
 
     # -- quota ---------------------------------------------------------------------------
 
@@ -330,6 +361,10 @@ class EpisodeBook:
 
     def step_ids(self, lanes: Sequence[int]) -> list[str]:
         """Ids to push in a StepRequest: a rolling lane already carries its next id."""
+        ids: list[str] = self._since_move(self._ids, lanes, self._build_step_ids)
+        return list(ids)  # the caller's own copy
+
+    def _build_step_ids(self, lanes: tuple[int, ...]) -> list[str]:
         slots = self.slots
         out = []
         for lane in lanes:
@@ -339,7 +374,16 @@ class EpisodeBook:
 
     def episode_info(self, lanes: Sequence[int]) -> list[tuple[str, int | None]]:
         """``(episode_id, seed)`` per lane; a rolling lane still names its old episode."""
+        infos: list[tuple[str, int | None]]
+        infos = self._since_move(self._infos, lanes, self._build_episode_info)
+        return list(infos)
+
+    def _build_episode_info(self, lanes: tuple[int, ...]) -> list[tuple[str, int | None]]:
         return [(self.slots[lane].episode_id, self.slots[lane].seed) for lane in lanes]
+
+    def _all_active(self, lanes: tuple[int, ...]) -> bool:
+        n = len(self.slots)
+        return all(0 <= lane < n and self.slots[lane].state is LaneState.ACTIVE for lane in lanes)
 
     def record_step(
         self, lanes: Sequence[int], rewards: Sequence[float], now: float
@@ -350,12 +394,15 @@ class EpisodeBook:
         counted). Returns ``(new episode, old episode id)`` for each lane that rolled.
         """
         slots, active, rolling = self.slots, LaneState.ACTIVE, LaneState.ROLLING
-        for lane in lanes:
-            # The only legal pairs here are (ACTIVE, STEPPED) and (ROLLING, ROLLED); anything
-            # else goes through the table check, which raises before anything changed.
-            state = slots[lane].state if 0 <= lane < len(slots) else None
-            if state is not active and state is not rolling:
-                self._check([lane], LaneEvent.STEPPED)
+        # Every lane ACTIVE (the common step, known since the last transition): all legal.
+        if not self._since_move(self._steady, lanes, self._all_active):
+            for lane in lanes:
+                # The only legal pairs here are (ACTIVE, STEPPED) and (ROLLING, ROLLED);
+                # anything else goes through the table check, which raises before anything
+                # changed.
+                state = slots[lane].state if 0 <= lane < len(slots) else None
+                if state is not active and state is not rolling:
+                    self._check([lane], LaneEvent.STEPPED)
         rolled = []
         for position, lane in enumerate(lanes):
             slot = slots[lane]

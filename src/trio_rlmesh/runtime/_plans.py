@@ -109,6 +109,8 @@ class ActionPlan(Generic[H]):
         self.discard_events = 0
         self.discarded_frames = 0
         self.short_prefetches = 0
+        self._infos: tuple[int, list[model_v1.EpisodeInfo]] = (-1, [])
+        """The predict rows of the group's episodes, as of a book epoch (see :meth:`request`)."""
 
     @property
     def phase(self) -> str:
@@ -213,13 +215,16 @@ class ActionPlan(Generic[H]):
     def request(self, context: model_v1.AdapterContext) -> model_v1.PredictRequest:
         """The predict request for the current observation (which is then seen)."""
         book = self.book
-        request = model_v1.PredictRequest(
-            context=context,
-            observation=self.observation,
-            episode_info=[
+        epoch, infos = self._infos
+        if epoch != book.epoch:
+            # Rows change only when a lane moves (a new episode, a roll): reuse them until then.
+            infos = [
                 model_v1.EpisodeInfo(episode_id=episode_id, seed=seed)
                 for episode_id, seed in book.episode_info(self.lanes)
-            ],
+            ]
+            self._infos = (book.epoch, infos)
+        request = model_v1.PredictRequest(
+            context=context, observation=self.observation, episode_info=list(infos)
         )
         if self.wants_history:
             request.step = book.slots[self.lanes[0]].env_steps

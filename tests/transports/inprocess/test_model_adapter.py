@@ -18,6 +18,7 @@ from tests.model.helpers import (
 )
 from trio_rlmesh import ModelError
 from trio_rlmesh.model import (
+    EpisodeRef,
     HeldState,
     Model,
     ModelObservation,
@@ -26,6 +27,7 @@ from trio_rlmesh.model import (
     RouteContract,
     RouteNeeds,
 )
+from trio_rlmesh.model._internal import observation_from_request
 from trio_rlmesh.protocol import model_v1, spaces_v1
 from trio_rlmesh.runtime._interfaces import ModelPrediction, RuntimeModel
 from trio_rlmesh.spaces import decode_batch, encode_batch
@@ -333,3 +335,25 @@ async def test_blank_or_repeated_episode_ids_name_the_first_bad_lane(
     with pytest.raises(ModelError) as caught:
         await model.predict(predict_request("e", [1, 2, 3], ids=ids))
     assert fragment in caught.value.message
+
+
+def test_a_repeated_set_of_episodes_is_decoded_once() -> None:
+    # A run's lanes keep their episodes for many predicts: the refs of the last request
+    # are reused while its ids and seeds are the same, and rebuilt when either changes.
+    first = observation_from_request(predict_request("e", [1, 2], ids=["a", "b"]), BOX_ROUTE)
+    again = observation_from_request(predict_request("e", [3, 4], ids=["a", "b"]), BOX_ROUTE)
+    assert again.episodes is first.episodes
+    reseeded = observation_from_request(
+        predict_request("e", [1, 2], ids=["a", "b"], seeds=[None, 5]), BOX_ROUTE
+    )
+    assert reseeded.episodes == (EpisodeRef("a", None), EpisodeRef("b", 5))
+    rolled = observation_from_request(predict_request("e", [1, 2], ids=["a", "c"]), BOX_ROUTE)
+    assert rolled.episodes == (EpisodeRef("a", None), EpisodeRef("c", None))
+
+
+def test_a_bad_request_after_a_good_one_is_still_refused() -> None:
+    good = predict_request("e", [1, 2], ids=["a", "b"])
+    observation_from_request(good, BOX_ROUTE)
+    good.episode_info[1].episode_id = "a"  # the same rows, changed in place
+    with pytest.raises(ModelError, match=r"repeats episode id 'a' \(lane 1\)"):
+        observation_from_request(good, BOX_ROUTE)
