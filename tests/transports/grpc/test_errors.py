@@ -3,7 +3,11 @@ framing and settings (no I/O)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trio_rlmesh import Error, OperationTimeout, TransportError
 from trio_rlmesh.transports.grpc import GrpcSettings, parse_address, parse_bind_address
@@ -182,6 +186,31 @@ def test_decoder_reassembles_split_messages() -> None:
     for i in range(0, len(stream), 3):
         out.extend(decoder.feed(stream[i : i + 3]))
     assert out == [b"a" * 10, b"", b"b" * 30]
+    assert not decoder.partial
+
+
+@given(
+    sizes=st.lists(st.integers(0, 40), min_size=1, max_size=5),
+    cuts=st.lists(st.integers(0, 250), max_size=12),
+)
+def test_decoder_reassembles_messages_split_anywhere(sizes: list[int], cuts: list[int]) -> None:
+    messages = [bytes([i + 1]) * size for i, size in enumerate(sizes)]
+    stream = b"".join(frame(message) for message in messages)
+    bounds = sorted({0, len(stream), *(cut for cut in cuts if cut < len(stream))})
+    decoder = MessageDecoder(max_size=100)
+    out: list[bytes] = []
+    for start, end in itertools.pairwise(bounds):
+        out.extend(decoder.feed(stream[start:end]))
+    assert out == messages
+    assert not decoder.partial
+
+
+def test_a_payload_of_exactly_one_header_leaves_the_body_to_come() -> None:
+    decoder = MessageDecoder(max_size=100)
+    framed = frame(b"\x0a\x03abc")
+    assert list(decoder.feed(framed[:5])) == []
+    assert decoder.partial
+    assert list(decoder.feed(framed[5:])) == [b"\x0a\x03abc"]
     assert not decoder.partial
 
 

@@ -75,7 +75,7 @@ class MessageDecoder:
     @property
     def partial(self) -> bool:
         """Whether bytes of an incomplete message are held."""
-        return bool(self._buffer)
+        return bool(self._buffer) or self._need >= 0
 
     def feed(self, data: bytes | bytearray | memoryview) -> Iterator[bytes]:
         """Yield every message that ``data`` completes.
@@ -84,9 +84,10 @@ class MessageDecoder:
             GrpcError: as :func:`check_header`, as soon as a header is complete; the
                 decoder then holds nothing and must not be fed again.
         """
-        if not self._buffer:
+        if self._need < 0 and not self._buffer:
             # The common case: whole messages, each in one payload. No copy of the
-            # stream into a buffer first.
+            # stream into a buffer first. (An empty buffer with a header already read
+            # means the body is next, not a header.)
             view = memoryview(data)
             pos, end = 0, len(data)
             while end - pos >= HEADER_SIZE:
