@@ -205,24 +205,45 @@ class Bad(Model):
         raise RuntimeError("boom")
 
 
+class BadBatch(Model):
+    """predict_batch whose lane 1 is bad: a NaN (Box) or an out-of-domain value (Discrete)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def predict_batch(self, observations: Any) -> Any:
+        n = len(observations)
+        if self.kind == "nan":
+            actions = np.zeros((n, 2), np.float32)
+            actions[1, 0] = np.nan
+            return actions
+        if self.kind == "domain":
+            return np.array([0, 7] + [1] * (n - 2))
+        return np.clip(observations / 10, -1, 1)
+
+
 @pytest.mark.parametrize(
-    ("kind", "route", "fragment"),
+    ("model_type", "kind", "route", "fragment"),
     [
-        ("shape", BOX_ROUTE, "shape"),
-        ("dtype", DISCRETE_ROUTE, "whole number"),
-        ("domain", DISCRETE_ROUTE, "7"),
-        ("text", DISCRETE_ROUTE, "numeric"),
-        ("raise", DISCRETE_ROUTE, "RuntimeError: boom"),
+        (Bad, "shape", BOX_ROUTE, "shape"),
+        (Bad, "dtype", DISCRETE_ROUTE, "whole number"),
+        (Bad, "domain", DISCRETE_ROUTE, "7"),
+        (Bad, "text", DISCRETE_ROUTE, "numeric"),
+        (Bad, "raise", DISCRETE_ROUTE, "RuntimeError: boom"),
+        # A batch reaches the encoder whole (no per-lane pass when it is good); a bad one
+        # is still traced to its lane.
+        (BadBatch, "nan", BOX_ROUTE, "holds NaN"),
+        (BadBatch, "domain", DISCRETE_ROUTE, "7"),
     ],
 )
 async def test_bad_output_names_model_env_and_lane(
-    kind: str, route: RouteContract, fragment: str
+    model_type: type[Bad | BadBatch], kind: str, route: RouteContract, fragment: str
 ) -> None:
-    model = ModelHandlerRuntimeModel(Bad(kind), route)
+    model = ModelHandlerRuntimeModel(model_type(kind), route)
     with pytest.raises(ModelError) as caught:
         await model.predict(predict_request("env-7", [1, 2, 3]))
     error = caught.value
-    assert "'Bad'" in error.message
+    assert f"'{model_type.__name__}'" in error.message
     assert "'env-7'" in error.message
     assert "lane 1" in error.message
     assert error.lane == 1
@@ -274,42 +295,6 @@ async def test_discrete_action_space_round_trip() -> None:
         2,
         1,
     ]
-
-
-class BadBatch(Model):
-    """predict_batch whose lane 1 is bad: a NaN (Box) or an out-of-domain value (Discrete)."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-
-    def predict_batch(self, observations: Any) -> Any:
-        n = len(observations)
-        if self.kind == "nan":
-            actions = np.zeros((n, 2), np.float32)
-            actions[1, 0] = np.nan
-            return actions
-        if self.kind == "domain":
-            return np.array([0, 7] + [1] * (n - 2))
-        return np.clip(observations / 10, -1, 1)
-
-
-@pytest.mark.parametrize(
-    ("kind", "route", "fragment"),
-    [("nan", BOX_ROUTE, "holds NaN"), ("domain", DISCRETE_ROUTE, "7")],
-)
-async def test_bad_batch_output_names_the_lane(
-    kind: str, route: RouteContract, fragment: str
-) -> None:
-    # The batch reaches the encoder whole (no per-lane pass when it is good); a bad one
-    # is still traced to its lane.
-    model = ModelHandlerRuntimeModel(BadBatch(kind), route)
-    with pytest.raises(ModelError) as caught:
-        await model.predict(predict_request("env-7", [1, 2, 3]))
-    error = caught.value
-    assert "'env-7'" in error.message
-    assert "lane 1" in error.message
-    assert error.lane == 1
-    assert fragment in error.message
 
 
 async def test_batch_output_is_encoded_as_the_lanes_would_be() -> None:
