@@ -454,9 +454,15 @@ class ThreadWorker(Worker):
             return current.operation
         return None
 
+    @property
+    def idle(self) -> bool:
+        """Whether a call made now would start at once: open, no call running, queued or
+        abandoned here."""
+        return self._current is None and not self._waiters and not self._closed
+
     @trio.lowlevel.enable_ki_protection
     async def run(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
-        if self._current is not None or self._waiters or self._closed:
+        if not self.idle:
             await self._wait_turn(operation)
         else:
             # Never start user code for a caller that is already cancelled.
@@ -777,14 +783,7 @@ class AdaptiveWorker(Worker):
 
     def runs_inline(self, operation: str) -> bool:
         """Whether a call of ``operation`` made now would run inline."""
-        thread = self.thread
-        return (
-            self.policy.inline
-            and operation in self.inline_operations
-            and thread._current is None
-            and not thread._waiters
-            and not thread._closed
-        )
+        return self.policy.inline and operation in self.inline_operations and self.thread.idle
 
     async def run(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
         if operation not in self.inline_operations:
