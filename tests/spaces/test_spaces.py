@@ -192,6 +192,24 @@ def test_box_equality_compares_bounds() -> None:
     assert a != Box.from_bounds(0.0, 1.0, (2,), DType.FLOAT64)
     assert a != Box.from_bounds(0.0, 1.0, (3,), DType.FLOAT32)
     assert Box.from_bounds(np.nan, 1.0, (1,)) == Box.from_bounds(np.nan, 1.0, (1,))
+    assert a != Box.from_bounds([0.0, np.nan], 1.0, (2,), DType.FLOAT32)
+
+
+def test_box_equality_is_by_value_as_array_equal_with_nans_alike() -> None:
+    """Bounds compare by value: every NaN alike (whatever its payload), -0.0 equal to 0.0,
+    and equal spaces hash alike, so they share one key in a dict."""
+    other_nan = np.frombuffer(np.array([0x7FF8_0000_0000_0001], np.uint64).tobytes(), np.float64)
+    assert np.isnan(other_nan[0])
+    assert other_nan.tobytes() != np.array([np.nan]).tobytes()
+    signed = Box.from_bounds([-0.0, np.nan], [1.0, 2.0], None, DType.FLOAT64)
+    plain = Box.from_bounds([0.0, other_nan[0]], [1.0, 2.0], None, DType.FLOAT64)
+    assert signed == plain
+    assert hash(signed) == hash(plain)
+    assert {signed: "first"}[plain] == "first"
+    assert signed != Box.from_bounds([0.0, 0.0], [1.0, 2.0], None, DType.FLOAT64)
+    ints = Box.from_bounds([0, 1], [5, 6], None, DType.INT64)
+    assert ints == Box.from_bounds([0, 1], [5, 6], None, DType.INT64)
+    assert ints != Box.from_bounds([0, 1], [5, 7], None, DType.INT64)
 
 
 def test_multidiscrete_nvec() -> None:
@@ -201,6 +219,8 @@ def test_multidiscrete_nvec() -> None:
     assert not space.nvec.flags.writeable
     assert space == MultiDiscrete(np.array([[2, 3], [4, 5]], np.uint8))
     assert space != MultiDiscrete([2, 3, 4, 5])
+    assert space != MultiDiscrete([[2, 3], [4, 6]])
+    assert hash(space) == hash(MultiDiscrete([[2, 3], [4, 5]]))
     with pytest.raises(TypeError, match="integers"):
         MultiDiscrete([1.5, 2.0])
 

@@ -41,12 +41,15 @@ def _to_shape(value: Iterable[int]) -> tuple[int, ...]:
     return tuple(operator.index(dim) for dim in value)
 
 
-def _arrays_equal(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> bool:
-    return bool(
-        a.dtype == b.dtype
-        and a.shape == b.shape
-        and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
-    )
+def _array_key(array: npt.NDArray[Any]) -> bytes:
+    """The bytes that decide a space's array field in ``==`` and ``hash`` (the space's
+    ``shape`` and ``dtype`` fields decide the rest): equal values give equal bytes, with
+    every NaN alike and ``-0.0`` equal to ``0.0``, as ``np.array_equal(equal_nan=True)``.
+    Computed once per space, so comparing spaces (done per predict when a model groups
+    requests by space) costs a bytes comparison, not an array comparison."""
+    if array.dtype.kind == "f":
+        array = np.where(np.isnan(array), np.nan, array) + 0.0  # one NaN; -0.0 + 0.0 is 0.0
+    return array.tobytes()
 
 
 def _read_only(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -126,14 +129,16 @@ class Box(Space):
         ('uniform', '<f4')
     """
 
-    low: npt.NDArray[Any] = attrs.field(eq=attrs.cmp_using(eq=_arrays_equal), hash=False)
+    low: npt.NDArray[Any] = attrs.field(eq=False)
     """Lower bounds, read-only, dtype ``dtype.numpy_dtype``, shape ``shape``."""
-    high: npt.NDArray[Any] = attrs.field(eq=attrs.cmp_using(eq=_arrays_equal), hash=False)
+    high: npt.NDArray[Any] = attrs.field(eq=False)
     """Upper bounds, read-only, dtype ``dtype.numpy_dtype``, shape ``shape``."""
     shape: tuple[int, ...] = attrs.field(converter=_to_shape)
     """Tensor shape of one value."""
     dtype: DType = attrs.field(converter=DType)
     """Element type."""
+    _bounds: tuple[bytes, bytes] = attrs.field(init=False, repr=False)
+    """``low`` and ``high`` as they compare (:func:`_array_key`)."""
     _bounds_kind: BoundsKind = attrs.field(init=False, eq=False, repr=False)
     # One lane's bounds as Python lists, filled on first use by the conformance check.
     _conformance_bounds: Any = attrs.field(
@@ -155,6 +160,7 @@ class Box(Space):
                     "use Box.from_bounds() to broadcast bounds"
                 )
             object.__setattr__(self, name, _read_only(array))
+        object.__setattr__(self, "_bounds", (_array_key(self.low), _array_key(self.high)))
         object.__setattr__(self, "_bounds_kind", self._find_bounds_kind())
 
     @classmethod
@@ -281,12 +287,15 @@ class MultiDiscrete(Space):
         (2, 2)
     """
 
-    nvec: npt.NDArray[np.int64] = attrs.field(
-        converter=_to_nvec, eq=attrs.cmp_using(eq=_arrays_equal), hash=False
-    )
+    nvec: npt.NDArray[np.int64] = attrs.field(converter=_to_nvec, eq=False)
     """Number of values per element (read-only int64 array, any rank)."""
     dtype: DType = attrs.field(default=DType.INT64, converter=DType)
     """Element type: an integer type (INT64 is what Python peers emit)."""
+    _nvec: tuple[tuple[int, ...], bytes] = attrs.field(init=False, repr=False)
+    """``nvec`` as it compares: its shape and :func:`_array_key`."""
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_nvec", (self.nvec.shape, _array_key(self.nvec)))
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -6,6 +6,7 @@ Pure functions and constants; no I/O.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import platform
 from collections.abc import Iterable, Mapping
@@ -65,6 +66,7 @@ _FRAMEWORKS: Final = ("numpy", "gymnasium", "trio", "grpclib")
 # --------------------------------------------------------------------------- handshake
 
 
+@functools.cache  # reading installed metadata takes about 0.1 ms a package; once per process
 def _distribution_version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)
