@@ -585,22 +585,32 @@ async def test_client_vanishing_mid_step_frees_the_join(
                 await join.call(reset("r"))
                 await join.send(step("s", 1))
                 raw.vanish()  # no RST_STREAM, no GOAWAY: the socket just closes
-            # The slot frees once the server notices; until then, a clear refusal. (Each
-            # attempt is a whole round trip: no sleeping between them.)
+            # The slot frees once the server notices; until then, a clear refusal: the Join
+            # is refused, or (the slot just freed, the vanished client's step still on the
+            # lane's thread) the reset is answered BUSY. (Each attempt is a whole round
+            # trip: no sleeping between them.)
             for _ in range(1000):
                 refusal = await _served_or_refused(where)
                 if refusal is None:
                     break
-                assert refusal.status is Status.FAILED_PRECONDITION
+                if isinstance(refusal, GrpcError):
+                    assert refusal.status is Status.FAILED_PRECONDITION
+                else:
+                    assert refusal.code == Code.BUSY, refusal
+                    assert "refuses calls until it returns" in refusal.message
             else:
                 raise AssertionError("the vanished client's Join slot was never freed")
 
 
-async def _served_or_refused(address: str) -> GrpcError | None:
+async def _served_or_refused(address: str) -> GrpcError | env_v1.EnvError | None:
     try:
-        await assert_env_served(address)
+        async with open_raw_client(address) as raw, env_join(raw) as join:
+            answer = await join.call(reset("r", seeds=[1]))
+            if answer.error is not None:
+                return answer.error
     except GrpcError as exc:
         return exc
+    await assert_env_served(address)
     return None
 
 
