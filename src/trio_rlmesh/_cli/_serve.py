@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from ..runtime._internal import SERVING_USER_CODE_MODES, USER_CODE_MODES
+from ..runtime._internal import SERVING_USER_CODE_MODES
 from ..transports.grpc import BACKENDS
 from ._exit import EXIT_CANCELLED, EXIT_OK, Interrupts, UsageError, describe
 from ._targets import (
@@ -72,24 +72,21 @@ def add_serve_parsers(commands: Any) -> None:
             f"(default {DEFAULT_DRAIN_TIMEOUT:g})",
         )
         sub.add_argument("--ready-file", type=Path, default=None, help="write the address here")
-        if sub is serve_env:
-            sub.add_argument(
-                "--user-code",
-                choices=SERVING_USER_CODE_MODES,
-                default="auto",
-                help="where the env's code runs. auto (default): a lane's steps inline on the "
-                "event loop while they are quick (under 5 ms), the rest on the lane's worker "
-                "thread; thread: always on the worker thread (a stuck call can be abandoned); "
-                "inline: always on the event loop",
-            )
-        else:
-            sub.add_argument(
-                "--user-code",
-                choices=USER_CODE_MODES,
-                default="thread",
-                help="run the model's code on a worker thread (default: a stuck call can be "
-                "abandoned) or inline on the event loop (faster for quick code)",
-            )
+        quick = (
+            "a lane's steps inline on the event loop while they are quick (under 5 ms), the "
+            "rest on the lane's worker thread"
+            if sub is serve_env
+            else "predicts inline on the event loop while they are quick (under 5 ms), the "
+            "rest on the model's worker thread"
+        )
+        sub.add_argument(
+            "--user-code",
+            choices=SERVING_USER_CODE_MODES,
+            default="auto",
+            help=f"where the {'env' if sub is serve_env else 'model'}'s code runs. auto "
+            f"(default): {quick}; thread: always on the worker thread (a stuck call can be "
+            "abandoned); inline: always on the event loop",
+        )
         sub.add_argument(
             "--grpc-backend",
             choices=BACKENDS,

@@ -1,7 +1,8 @@
 """serve_model on each backend, driven by the raw client (and, end to end, by our client):
 handshake, resolve/predict/grouped/reset/release/close, ordering, tokens, health, stopping.
 
-Model code runs in a worker thread (serve_model offloads it), so tests are guarded in real
+Under the default ``user_code="auto"`` a model's first 8 predicts run on its worker thread
+(the tests that hold a predict at a gate hold one of those), so tests are guarded in real
 time; on trio the stop tests assert exact virtual times."""
 
 from __future__ import annotations
@@ -375,19 +376,31 @@ async def test_our_client_end_to_end(backend: BackendName, address: Where) -> No
             )
 
 
-async def test_model_code_runs_off_the_event_loop(backend: BackendName, address: Where) -> None:
+@pytest.mark.parametrize("user_code", [None, "auto", "thread", "inline"])
+async def test_where_model_code_runs(
+    backend: BackendName, address: Where, user_code: str | None
+) -> None:
+    """The default ("auto"): the first 8 predicts on the model's worker thread; they were
+    quick, so the next ones run inline on the trio thread (never on grpclib's asyncio
+    thread). "thread" and "inline" keep every predict in one place."""
     model = Echo()
+    loop = threading.current_thread().name
+    chosen = {} if user_code is None else {"user_code": user_code}
     with within(20):
         async with (
-            serving(serve_model, model, address("model"), backend=backend) as served,
+            serving(serve_model, model, address("model"), backend=backend, **chosen) as served,
             open_raw_client(served.address) as raw,
             model_join(raw) as join,
         ):
             await join.call(resolve("e"))
-            await join.call(predict("e", [1.0]))
-    assert model.threads
-    assert model.threads[0] != threading.main_thread().name
-    assert "asyncio" not in model.threads[0]
+            for k in range(12):
+                assert actions(await join.call(predict("e", [float(k)]))) == [[float(k)] * 2]
+    on_loop = [thread == loop for thread in model.threads]
+    expected = {"thread": [False] * 12, "inline": [True] * 12}.get(
+        user_code or "auto", [False] * 8 + [True] * 4
+    )
+    assert on_loop == expected
+    assert not any("asyncio" in thread for thread in model.threads)
 
 
 async def test_health_reports_serving_and_is_not_stalled_by_a_held_model(

@@ -42,7 +42,7 @@ from ...protocol._internal import (
     CAPABILITY_TRUE,
     COMPONENT_MODEL,
 )
-from ...runtime._internal import UserCode
+from ...runtime._internal import ServingUserCode
 from ._backend import BackendName, ServerCall, check_backend
 from ._codec import encode
 from ._handshake import MODEL_HANDSHAKE, MODEL_JOIN, MODEL_SHUTDOWN, handshake_response
@@ -416,7 +416,7 @@ async def serve_model(
     allow_remote_shutdown: bool = False,
     max_concurrency: int = DEFAULT_CONCURRENCY,
     drain_timeout: float | None = 5.0,
-    user_code: UserCode = "thread",
+    user_code: ServingUserCode = "auto",
     backend: BackendName = "trio",
     settings: GrpcSettings = DEFAULT_SETTINGS,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
@@ -440,9 +440,11 @@ async def serve_model(
         allow_remote_shutdown: accept the Shutdown RPC.
         max_concurrency: requests in flight per Join stream.
         drain_timeout: on stop, wait at most this long for requests in progress.
-        user_code: ``"thread"`` (default): the model's code runs on a worker thread of its
-            own, so a slow forward stalls nothing else and a stuck one is abandoned at stop;
-            ``"inline"``: on the event loop (see :func:`~trio_rlmesh.model.as_handler`).
+        user_code: ``"auto"`` (default): predicts run inline on the event loop while the
+            model's recent predicts were quick (under 5 ms), everything else on the model's
+            worker thread (as :func:`~trio_rlmesh.model.as_handler` does by default);
+            ``"thread"``: always on the worker thread, so a slow forward stalls nothing else
+            and a stuck one is abandoned at stop; ``"inline"``: always on the event loop.
             Ignored for a :class:`~trio_rlmesh.model.ModelHandler`, which runs as it is.
         backend: ``"trio"`` (default) or ``"grpclib"``.
         settings: message size limit, keepalive and flow-control windows.
