@@ -41,7 +41,9 @@ from trio_rlmesh.transports.grpc._status import GrpcError, Status
 from .fake_env import FakeEnvService, serve_fake_env
 from .servers import (
     Code,
+    Gate,
     ToyEnv,
+    discrete_action,
     env_handshake,
     env_join,
     field_number,
@@ -585,32 +587,61 @@ async def test_client_vanishing_mid_step_frees_the_join(
                 await join.call(reset("r"))
                 await join.send(step("s", 1))
                 raw.vanish()  # no RST_STREAM, no GOAWAY: the socket just closes
-            # The slot frees once the server notices; until then, a clear refusal: the Join
-            # is refused, or (the slot just freed, the vanished client's step still on the
-            # lane's thread) the reset is answered BUSY. (Each attempt is a whole round
-            # trip: no sleeping between them.)
+            # The slot frees once the server notices; until then, a clear refusal. (Each
+            # attempt is a whole round trip: no sleeping between them.)
             for _ in range(1000):
                 refusal = await _served_or_refused(where)
                 if refusal is None:
                     break
-                if isinstance(refusal, GrpcError):
-                    assert refusal.status is Status.FAILED_PRECONDITION
-                else:
-                    assert refusal.code == Code.BUSY, refusal
-                    assert "refuses calls until it returns" in refusal.message
+                assert refusal.status is Status.FAILED_PRECONDITION
             else:
                 raise AssertionError("the vanished client's Join slot was never freed")
 
 
-async def _served_or_refused(address: str) -> GrpcError | env_v1.EnvError | None:
+async def test_a_new_join_waits_for_a_vanished_clients_step_to_return(
+    backend: BackendName, address: Where
+) -> None:
+    """A client vanishes while its step runs (held in the env's worker thread). A new Join is
+    refused, FAILED_PRECONDITION naming the lane and the step, not accepted only to answer
+    its reset BUSY; our client retries such a refusal, so a session opened meanwhile starts
+    as soon as the step returns."""
+    gate = Gate()
+    with within(20):
+        async with serving(
+            serve_env, ToyEnv(gate=gate), address("env"), backend=backend, user_code="thread"
+        ) as served:
+            async with open_raw_client(served.address) as raw, env_join(raw) as join:
+                await join.call(reset("r"))
+                await join.send(step("s", 1))
+                await gate.entered.wait()
+                raw.vanish()
+            refusal: GrpcError | None = None
+            while refusal is None or BUSY_TEXT in refusal.message:
+                refusal = await _served_or_refused(served.address)
+                assert refusal is not None, "a new session started while the step still ran"
+            assert refusal.status is Status.FAILED_PRECONDITION
+            assert refusal.message == (
+                "environment lane 0 is still running env.step for an earlier Join session "
+                "whose client went away; a new session can start once it returns"
+            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_release_soon, gate)
+                async with open_env_client(served.address, backend=backend) as env:
+                    await env.reset(env_v1.ResetRequest(seeds=[1]))
+                    stepped = await env.step(env_v1.StepRequest(action=discrete_action(1)))
+                    assert list(stepped.response.rewards) == [1.5]
+
+
+async def _release_soon(gate: Gate) -> None:
+    await trio.sleep(0.05)
+    gate.release()
+
+
+async def _served_or_refused(address: str) -> GrpcError | None:
     try:
-        async with open_raw_client(address) as raw, env_join(raw) as join:
-            answer = await join.call(reset("r", seeds=[1]))
-            if answer.error is not None:
-                return answer.error
+        await assert_env_served(address)
     except GrpcError as exc:
         return exc
-    await assert_env_served(address)
     return None
 
 

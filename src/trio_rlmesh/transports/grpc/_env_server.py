@@ -115,6 +115,24 @@ class _Lanes:
         """Lanes whose worker is still inside an abandoned call."""
         return [lane for lane, w in enumerate(self._workers) if w.stuck_operation is not None]
 
+    def refuse_if_stuck(self) -> None:
+        """Refuse a new Join while a call of an earlier session still runs on a lane (its
+        client went away mid-call): the new session would find that lane BUSY. Refused
+        like a Join while another is active, so clients retry it the same way.
+
+        Raises:
+            GrpcError: FAILED_PRECONDITION naming the lane and the operation.
+        """
+        for lane, worker in enumerate(self._workers):
+            operation = worker.stuck_operation
+            if operation is not None:
+                raise GrpcError(
+                    Status.FAILED_PRECONDITION,
+                    f"environment lane {lane} is still running {operation} for an earlier "
+                    "Join session whose client went away; a new session can start once it "
+                    "returns",
+                )
+
     async def aclose(self, close: Callable[[], None]) -> None:
         """Close the env on lane 0's worker (bounded), unless a lane is stuck."""
         stuck = self.stuck
@@ -182,6 +200,7 @@ class _EnvService:
         self.core.refuse_if_draining()
         if self.join_active:
             raise GrpcError(Status.FAILED_PRECONDITION, JOIN_BUSY_MESSAGE)
+        self.lanes.refuse_if_stuck()
         self.join_active = True
         session = _EnvJoin(self, call)
         try:
