@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any
 
@@ -60,6 +61,16 @@ class Counter(gym.Env[np.ndarray, np.int64]):
         if done and self.success:
             info["is_success"] = (self.seed_value or 0) % 2 == 0
         return np.array([float(self.t)], dtype=np.float32), self.scale, done, False, info
+
+
+class ThreadCounter(Counter):
+    """A :class:`Counter` that notes the name of the thread each step ran on (in ``threads``)."""
+
+    threads: list[str] = []  # noqa: RUF012 - read by the test that runs it
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        ThreadCounter.threads.append(threading.current_thread().name)
+        return super().step(action)
 
 
 class Unlicensed(Counter):

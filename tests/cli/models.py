@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any
 
@@ -50,4 +51,14 @@ class SlowAfterFirst:
         if self.calls > self.QUICK:
             print("model: slow predict", file=sys.stderr, flush=True)
             time.sleep(self.DELAY)
+        return np.int64(0)
+
+
+class RecordsThreads:
+    """Pushes left, and notes the name of the thread each predict ran on (in ``threads``)."""
+
+    threads: list[str] = []  # noqa: RUF012 - read by the test that runs it
+
+    def predict(self, observation: Any) -> np.int64:
+        RecordsThreads.threads.append(threading.current_thread().name)
         return np.int64(0)

@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ import pytest
 from trio_rlmesh._cli import main
 from trio_rlmesh._cli._run import parse_seeds
 
+from .envs import ThreadCounter
+from .models import RecordsThreads
 from .support import serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,6 +135,47 @@ def test_a_failing_model_exits_1_with_a_failed_report(
     assert report["status"] == "failed"
     assert "deliberate failure in predict" in report["reason"]
     assert "deliberate failure in predict" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("user_code", ["thread", "inline", None])
+def test_user_code_says_where_the_model_and_the_env_served_here_run(
+    user_code: str | None,
+) -> None:
+    """--user-code thread: every predict and step on a worker thread; inline: all on the
+    thread running the CLI (the event loop's); not given: each one's own "auto" (the
+    first 8 calls on its thread, the quick ones after them inline)."""
+    RecordsThreads.threads.clear()
+    ThreadCounter.threads.clear()
+    chosen = () if user_code is None else ("--user-code", user_code)
+    code = main(
+        [
+            *("run", "--env", "tests.cli.envs:ThreadCounter", "--env-arg", "length=4"),
+            *("--model", "tests.cli.models:RecordsThreads", "--episodes", "4", "--no-progress"),
+            *chosen,
+        ]
+    )
+    assert code == 0
+    loop = threading.current_thread().name
+    for threads in (RecordsThreads.threads, ThreadCounter.threads):
+        assert len(threads) == 16
+        on_loop = [thread == loop for thread in threads]
+        if user_code is None:
+            assert on_loop == [False] * 8 + [True] * 8
+        else:
+            assert set(on_loop) == {user_code == "inline"}
+
+
+def test_user_code_with_no_user_code_here_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(
+        [
+            *("run", "--env", "127.0.0.1:1", "--model", "127.0.0.1:2"),
+            *("--user-code", "thread", "--no-progress"),
+        ]
+    )
+    assert code == 2
+    assert "--user-code sets where this process runs user code" in capsys.readouterr().err
 
 
 @pytest.mark.network

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sys
@@ -25,7 +26,7 @@ from ..runtime import (
     RuntimeReport,
     StepCompleted,
 )
-from ..runtime._internal import FleetRun
+from ..runtime._internal import SERVING_USER_CODE_MODES, FleetRun, ServingUserCode
 from ._exit import (
     EXIT_CANCELLED,
     EXIT_OK,
@@ -153,6 +154,15 @@ def add_run_parser(commands: Any) -> None:
     p.add_argument("--max-episode-seconds", type=float, help="truncate episodes after S seconds")
     p.add_argument("--execution-horizon", type=int, default=1, help="actions per predict")
     p.add_argument("--prefetch-lead", type=int, default=0, help="frames of prefetch overlap")
+    p.add_argument(
+        "--user-code",
+        choices=SERVING_USER_CODE_MODES,
+        help="where this process runs user code: the model's, and the env's when it is served "
+        "here (no --env address) or on Ray actors. auto (each one's default): calls inline "
+        "on the event loop while they are quick, on a worker thread once one is slow; "
+        "thread: always on a worker thread (a call that hangs can be abandoned at its "
+        "deadline or on Ctrl-C); inline: always on the event loop",
+    )
     add_token_options(p, "auth token for the env and model servers")
     add_side_token_options(p)
     p.add_argument(
@@ -200,6 +210,8 @@ class _Plan:
     env_token: str | None = None
     model_token: str | None = None
     record: RecordOptions | None = None
+    user_code: ServingUserCode | None = None
+    """``--user-code``: for the model, and for an env served here or on Ray actors."""
     """What to record (``--record``, ``--record-video``); the model is named at connect."""
 
     @property
@@ -322,6 +334,11 @@ def _plan(args: argparse.Namespace) -> _Plan:
         model_address = check_address(args.model, "--model")
     else:
         model = load_model_target(args.model)
+    if args.user_code is not None and model_address is not None and env_addresses:
+        raise UsageError(
+            "--user-code sets where this process runs user code, but the env and the model "
+            "are both servers here; pass it to their serve-env / serve-model instead"
+        )
     seeds: list[int] = args.seeds or []
     record = _record(args)
     return _Plan(
@@ -339,6 +356,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         baseline=baseline,
         seed=args.base_seed if args.base_seed is not None else (seeds[0] if seeds else None),
         record=record,
+        user_code=args.user_code,
     )
 
 
@@ -467,7 +485,10 @@ async def _evaluate(
         if plan.ray_envs is not None:
             addresses = await stack.enter_async_context(_ray_fleet(plan))
         elif not addresses:
-            addresses = [await nursery.start(serve_env, plan.env, "127.0.0.1:0")]
+            served = serve_env
+            if plan.user_code is not None:
+                served = functools.partial(serve_env, user_code=plan.user_code)
+            addresses = [await nursery.start(served, plan.env, "127.0.0.1:0")]
         options = RunLocalOptions(
             list(addresses),
             token=plan.env_token,
@@ -481,6 +502,7 @@ async def _evaluate(
             close_env=False,
             tolerate_endpoint_failures=args.tolerate_endpoint_failures,
             record=plan.record,
+            user_code=plan.user_code,
         )
         if show_progress:
             nursery.start_soon(_ticker, progress, out)
@@ -512,7 +534,13 @@ def _ray_fleet(plan: _Plan) -> AbstractAsyncContextManager[Sequence[str]]:
     sys.stderr.flush()
     # Without $RAY_ADDRESS, Ray runs on this machine: reach its servers on loopback.
     host = None if os.environ.get("RAY_ADDRESS") else "127.0.0.1"
-    return env_fleet(plan.env_label, plan.ray_envs or 0, env_kwargs=plan.env_kwargs, host=host)
+    return env_fleet(
+        plan.env_label,
+        plan.ray_envs or 0,
+        env_kwargs=plan.env_kwargs,
+        host=host,
+        serve_options=None if plan.user_code is None else {"user_code": plan.user_code},
+    )
 
 
 async def _drive(plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSlot) -> None:
