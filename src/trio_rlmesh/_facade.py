@@ -487,24 +487,7 @@ async def run_local(
             with trio.move_on_after(60):
                 report = await run_local(MyModel(), options)
     """
-    if options.record is not None:
-        from .record._internal import check_available
-
-        check_available(options.record)
-    if _is_fleet(options) and options.record is not None:
-        raise SpecError("recording a fleet run is not supported; record the run of one env address")
-    if _is_fleet(options):
-        async with _open_model(handler, options, None) as model:
-            return await _run_fleet(model, options, hooks=hooks, task_status=task_status)
-    async with _open_env(options) as env, _open_model(handler, options, None) as model:
-        return await _run(
-            env,
-            model,
-            options,
-            hooks=hooks,
-            task_status=task_status,
-            model_label=_model_label(handler),
-        )
+    return await _run_entry(handler, options, None, hooks, task_status, _model_label(handler))
 
 
 async def run_remote(
@@ -520,26 +503,34 @@ async def run_remote(
     The route is resolved on the model server (ResolveAdapter with the env's spec,
     the execution horizon and the offer of observation history) before driving.
     """
+    return await _run_entry(model_address, options, model_token, hooks, task_status, model_address)
+
+
+async def _run_entry(
+    model: Any,
+    options: RunLocalOptions,
+    model_token: str | None,
+    hooks: RuntimeHooks | None,
+    task_status: trio.TaskStatus[Any],
+    model_label: str,
+) -> RuntimeReport:
+    """What :func:`run_local` and :func:`run_remote` do, for a model in this process or
+    the address of a served one (see :func:`_open_model`): check the recording, then run
+    one env or a fleet."""
     if options.record is not None:
         from .record._internal import check_available
 
         check_available(options.record)
-    if _is_fleet(options) and options.record is not None:
-        raise SpecError("recording a fleet run is not supported; record the run of one env address")
     if _is_fleet(options):
-        async with _open_model(model_address, options, model_token) as model:
-            return await _run_fleet(model, options, hooks=hooks, task_status=task_status)
-    async with (
-        _open_env(options) as env,
-        _open_model(model_address, options, model_token) as model,
-    ):
+        if options.record is not None:
+            raise SpecError(
+                "recording a fleet run is not supported; record the run of one env address"
+            )
+        async with _open_model(model, options, model_token) as endpoint:
+            return await _run_fleet(endpoint, options, hooks=hooks, task_status=task_status)
+    async with _open_env(options) as env, _open_model(model, options, model_token) as endpoint:
         return await _run(
-            env,
-            model,
-            options,
-            hooks=hooks,
-            task_status=task_status,
-            model_label=model_address,
+            env, endpoint, options, hooks=hooks, task_status=task_status, model_label=model_label
         )
 
 
