@@ -22,7 +22,12 @@ import trio
 
 from ._errors import SpecError
 from .protocol import WORKFLOW_EDITION
-from .runtime._internal import ServingUserCode, UserCode, check_serving_user_code
+from .runtime._internal import (
+    DEFAULT_FUSE_WAIT,
+    ServingUserCode,
+    UserCode,
+    check_serving_user_code,
+)
 
 if TYPE_CHECKING:
     from .model import ModelHandler
@@ -137,7 +142,7 @@ class RunLocalOptions:
     tolerate_endpoint_failures: bool = False
     """Fleet runs: an endpoint that fails is dropped and the episodes it was running are
     started again on the others (same seeds); by default it fails the run."""
-    fuse_wait: float = attrs.field(default=0.002, converter=_fuse_wait)
+    fuse_wait: float = attrs.field(default=DEFAULT_FUSE_WAIT, converter=_fuse_wait)
     """Fleet runs: how long (seconds) a fused predict waits for every endpoint's request
     before it goes without the ones not yet ready (0: take what is ready)."""
     user_code: ServingUserCode | None = attrs.field(default=None, converter=_user_code)

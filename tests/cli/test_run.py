@@ -228,7 +228,13 @@ def test_a_fleet_from_repeated_env_and_an_envs_file(
         assert code == 0
         printed = capsys.readouterr()
         assert main(["run", "--env", b, *common, "--json", str(alone_json)]) == 0
+        # Fusing no predicts (each goes as soon as it is ready) changes no episode.
+        unfused_json = tmp_path / "unfused.json"
+        fleet_args = ["run", "--env", a, "--env", b, "--env", c, "--fuse-wait", "0", *common]
+        assert main([*fleet_args, "--json", str(unfused_json)]) == 0
+    unfused = json.loads(unfused_json.read_text())
     fleet, alone = json.loads(fleet_json.read_text()), json.loads(alone_json.read_text())
+    assert _episodes_by_seed(unfused) == _episodes_by_seed(alone)
     assert fleet["status"] == "completed"
     assert [e["seed"] for e in fleet["episodes"]] == list(range(10, 19))
     assert _episodes_by_seed(fleet) == _episodes_by_seed(alone)
@@ -286,6 +292,13 @@ def test_a_fleet_of_targets_or_a_bad_envs_file_is_a_usage_error(
     assert "--envs-file" in capsys.readouterr().err
     assert main(["run", "--env", "127.0.0.1:1", "--env", "127.0.0.1:1", *args]) == 2
     assert "listed twice" in capsys.readouterr().err
+    two = ["--env", "127.0.0.1:1", "--env", "127.0.0.1:2"]
+    assert main(["run", *two, "--fuse-wait", "-1", *args]) == 2
+    assert "--fuse-wait must be 0 or more seconds, got -1.0" in capsys.readouterr().err
+    assert main(["run", "--env", "127.0.0.1:1", "--fuse-wait", "0", *args]) == 2
+    assert "this run drives one env" in capsys.readouterr().err
+    assert main(["run", "--fuse-wait", "0.01", *args]) == 2  # CartPole served here: one env
+    assert "--fuse-wait tunes how a fleet's predicts are fused" in capsys.readouterr().err
 
 
 def test_the_progress_line_shows_the_fleet() -> None:

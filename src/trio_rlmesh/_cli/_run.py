@@ -26,7 +26,12 @@ from ..runtime import (
     RuntimeReport,
     StepCompleted,
 )
-from ..runtime._internal import SERVING_USER_CODE_MODES, FleetRun, ServingUserCode
+from ..runtime._internal import (
+    DEFAULT_FUSE_WAIT,
+    SERVING_USER_CODE_MODES,
+    FleetRun,
+    ServingUserCode,
+)
 from ._exit import (
     EXIT_CANCELLED,
     EXIT_OK,
@@ -137,6 +142,14 @@ def add_run_parser(commands: Any) -> None:
         "it was running again on the others (same seeds)",
     )
     p.add_argument(
+        "--fuse-wait",
+        type=float,
+        metavar="S",
+        help="fleet runs: how long a fused predict waits for the other env servers' "
+        f"requests, in seconds (default {DEFAULT_FUSE_WAIT:g}; 0 takes what is ready: fewer "
+        "rows per model call, often more steps/s with a cheap model)",
+    )
+    p.add_argument(
         "--ray-envs",
         type=int,
         metavar="N",
@@ -212,6 +225,8 @@ class _Plan:
     record: RecordOptions | None = None
     user_code: ServingUserCode | None = None
     """``--user-code``: for the model, and for an env served here or on Ray actors."""
+    fuse_wait: float | None = None
+    """``--fuse-wait`` (a fleet's); ``None``: the default."""
     """What to record (``--record``, ``--record-video``); the model is named at connect."""
 
     @property
@@ -334,6 +349,15 @@ def _plan(args: argparse.Namespace) -> _Plan:
         model_address = check_address(args.model, "--model")
     else:
         model = load_model_target(args.model)
+    fuse_wait: float | None = args.fuse_wait
+    if fuse_wait is not None:
+        if not (math.isfinite(fuse_wait) and fuse_wait >= 0):
+            raise UsageError(f"--fuse-wait must be 0 or more seconds, got {fuse_wait}")
+        if len(env_addresses) < 2 and (ray_envs or 0) < 2:
+            raise UsageError(
+                "--fuse-wait tunes how a fleet's predicts are fused (several --env addresses, "
+                "--envs-file or --ray-envs N); this run drives one env"
+            )
     if args.user_code is not None and model_address is not None and env_addresses:
         raise UsageError(
             "--user-code sets where this process runs user code, but the env and the model "
@@ -357,6 +381,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         seed=args.base_seed if args.base_seed is not None else (seeds[0] if seeds else None),
         record=record,
         user_code=args.user_code,
+        fuse_wait=fuse_wait,
     )
 
 
@@ -503,6 +528,7 @@ async def _evaluate(
             tolerate_endpoint_failures=args.tolerate_endpoint_failures,
             record=plan.record,
             user_code=plan.user_code,
+            fuse_wait=DEFAULT_FUSE_WAIT if plan.fuse_wait is None else plan.fuse_wait,
         )
         if show_progress:
             nursery.start_soon(_ticker, progress, out)

@@ -7,7 +7,7 @@ private module of it (``tests/test_layering.py`` checks that).
 
 from __future__ import annotations
 
-from ._fleet import Fleet, FleetRun
+from ._fleet import DEFAULT_FUSE_WAIT, Fleet, FleetRun
 from ._ids import mint_uuid7
 from ._pool import EpisodePool
 from ._telemetry import format_telemetry
@@ -23,6 +23,7 @@ from ._worker import (
 )
 
 __all__ = [
+    "DEFAULT_FUSE_WAIT",
     "SERVING_USER_CODE_MODES",
     "USER_CODE_MODES",
     "EpisodePool",
