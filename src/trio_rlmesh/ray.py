@@ -104,7 +104,10 @@ class RayEnvServer:
             try:
                 trio.run(serve)
             except BaseException as exc:
-                ready.put(("error", f"{type(exc).__name__}: {exc}"))
+                from ._cli._internal import unwrap
+
+                cause = unwrap(exc)  # not the nursery's ExceptionGroup around it
+                ready.put(("error", f"{type(cause).__name__}: {cause}"))
 
         # It serves until the actor's process ends (``ray.kill``, or the actor dying).
         threading.Thread(target=run, name="trio-rlmesh env server", daemon=True).start()
@@ -182,8 +185,11 @@ async def env_fleet(
                 operation=OPERATION,
             ) from None
         except ray.exceptions.RayError as exc:
+            # A task's error carries the actor's own exception as its cause; its text is
+            # the whole remote traceback, in colour.
+            cause = getattr(exc, "cause", None) or exc
             raise _errors.Error(
-                f"an env server actor failed to start: {exc}", operation=OPERATION
+                f"an env server actor failed to start: {cause}", operation=OPERATION
             ) from exc
         yield RayEnvFleet(tuple(addresses), actors)
     finally:

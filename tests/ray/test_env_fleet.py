@@ -148,9 +148,29 @@ async def test_an_actor_dying_is_an_endpoint_failure() -> None:
 
 async def test_an_env_target_that_cannot_load_fails_the_fleet_with_its_error() -> None:
     with trio.fail_after(180):
-        with pytest.raises(Error, match="no_such_module_for_ray"):
+        with pytest.raises(Error, match="no_such_module_for_ray") as info:
             async with env_fleet("no_such_module_for_ray:Env", 1, {"num_cpus": 0}, host=LOOPBACK):
                 pytest.fail("the fleet started")
+    assert str(info.value).startswith("an env server actor failed to start: ")
+    assert "Traceback" not in str(info.value)
+    assert "\x1b[" not in str(info.value)  # no terminal colours from Ray's remote traceback
+
+
+async def test_a_server_that_cannot_start_names_its_own_error_not_a_group() -> None:
+    with trio.fail_after(180):
+        with pytest.raises(Error) as info:
+            async with env_fleet(
+                "gymnasium:CartPole-v1",
+                1,
+                {"num_cpus": 0},
+                host=LOOPBACK,
+                serve_options={"no_such_option": 1},
+            ):
+                pytest.fail("the fleet started")
+    assert str(info.value) == (
+        "an env server actor failed to start: the env server did not start: TypeError: "
+        "serve_env() got an unexpected keyword argument 'no_such_option'"
+    )
 
 
 def test_run_with_ray_envs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -160,7 +180,9 @@ def test_run_with_ray_envs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     code = main(
         [
             *("run", "--ray-envs", "2", "--seeds", "0..5", "--max-episode-steps", "20"),
-            *("--no-progress", "--json", str(out)),
+            # Goes to each actor's serve_env (and to the model here): a wrong pass-through
+            # would fail the servers' start.
+            *("--user-code", "thread", "--no-progress", "--json", str(out)),
         ]
     )
     assert code == 0, capsys.readouterr().err
