@@ -223,11 +223,11 @@ class _Plan:
     env_token: str | None = None
     model_token: str | None = None
     record: RecordOptions | None = None
+    """What to record (``--record``, ``--record-video``); the model is named at connect."""
     user_code: ServingUserCode | None = None
     """``--user-code``: for the model, and for an env served here or on Ray actors."""
-    fuse_wait: float | None = None
-    """``--fuse-wait`` (a fleet's); ``None``: the default."""
-    """What to record (``--record``, ``--record-video``); the model is named at connect."""
+    fuse_wait: float = DEFAULT_FUSE_WAIT
+    """``--fuse-wait``: a fleet's."""
 
     @property
     def env_address(self) -> str | None:
@@ -292,6 +292,9 @@ def _check_options(args: argparse.Namespace) -> int:
     seconds = args.max_episode_seconds
     if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
         raise UsageError(f"--max-episode-seconds must be a positive number, got {seconds}")
+    fuse_wait = args.fuse_wait
+    if fuse_wait is not None and not (math.isfinite(fuse_wait) and fuse_wait >= 0):
+        raise UsageError(f"--fuse-wait must be 0 or more seconds, got {fuse_wait}")
     return episodes
 
 
@@ -349,15 +352,11 @@ def _plan(args: argparse.Namespace) -> _Plan:
         model_address = check_address(args.model, "--model")
     else:
         model = load_model_target(args.model)
-    fuse_wait: float | None = args.fuse_wait
-    if fuse_wait is not None:
-        if not (math.isfinite(fuse_wait) and fuse_wait >= 0):
-            raise UsageError(f"--fuse-wait must be 0 or more seconds, got {fuse_wait}")
-        if len(env_addresses) < 2 and (ray_envs or 0) < 2:
-            raise UsageError(
-                "--fuse-wait tunes how a fleet's predicts are fused (several --env addresses, "
-                "--envs-file or --ray-envs N); this run drives one env"
-            )
+    if args.fuse_wait is not None and len(env_addresses) < 2 and (ray_envs or 0) < 2:
+        raise UsageError(
+            "--fuse-wait tunes how a fleet's predicts are fused (several --env addresses, "
+            "--envs-file or --ray-envs N); this run drives one env"
+        )
     if args.user_code is not None and model_address is not None and env_addresses:
         raise UsageError(
             "--user-code sets where this process runs user code, but the env and the model "
@@ -381,7 +380,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         seed=args.base_seed if args.base_seed is not None else (seeds[0] if seeds else None),
         record=record,
         user_code=args.user_code,
-        fuse_wait=fuse_wait,
+        fuse_wait=DEFAULT_FUSE_WAIT if args.fuse_wait is None else args.fuse_wait,
     )
 
 
@@ -528,7 +527,7 @@ async def _evaluate(
             tolerate_endpoint_failures=args.tolerate_endpoint_failures,
             record=plan.record,
             user_code=plan.user_code,
-            fuse_wait=DEFAULT_FUSE_WAIT if plan.fuse_wait is None else plan.fuse_wait,
+            fuse_wait=plan.fuse_wait,
         )
         if show_progress:
             nursery.start_soon(_ticker, progress, out)

@@ -72,20 +72,17 @@ def add_serve_parsers(commands: Any) -> None:
             f"(default {DEFAULT_DRAIN_TIMEOUT:g})",
         )
         sub.add_argument("--ready-file", type=Path, default=None, help="write the address here")
-        quick = (
-            "a lane's steps inline on the event loop while they are quick (under 5 ms), the "
-            "rest on the lane's worker thread"
-            if sub is serve_env
-            else "predicts inline on the event loop while they are quick (under 5 ms), the "
-            "rest on the model's worker thread"
-        )
+        what, calls, owner = ("env", "a lane's steps", "lane")
+        if sub is serve_model:
+            what, calls, owner = "model", "predicts", "model"
         sub.add_argument(
             "--user-code",
             choices=SERVING_USER_CODE_MODES,
             default="auto",
-            help=f"where the {'env' if sub is serve_env else 'model'}'s code runs. auto "
-            f"(default): {quick}; thread: always on the worker thread (a stuck call can be "
-            "abandoned); inline: always on the event loop",
+            help=f"where the {what}'s code runs. auto (default): {calls} inline on the event "
+            f"loop while they are quick (under 5 ms), the rest on the {owner}'s worker thread; "
+            "thread: always on the worker thread (a stuck call can be abandoned); inline: "
+            "always on the event loop",
         )
         sub.add_argument(
             "--grpc-backend",

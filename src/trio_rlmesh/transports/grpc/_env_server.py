@@ -111,9 +111,13 @@ class _Lanes:
             raise WireError(Code.BUSY, str(exc)) from None
 
     @property
-    def stuck(self) -> list[int]:
-        """Lanes whose worker is still inside an abandoned call."""
-        return [lane for lane, w in enumerate(self._workers) if w.stuck_operation is not None]
+    def stuck(self) -> dict[int, str]:
+        """The lanes whose worker is still inside an abandoned call, and that call."""
+        return {
+            lane: operation
+            for lane, worker in enumerate(self._workers)
+            if (operation := worker.stuck_operation) is not None
+        }
 
     def refuse_if_stuck(self) -> None:
         """Refuse a new Join while a call of an earlier session still runs on a lane (its
@@ -123,15 +127,14 @@ class _Lanes:
         Raises:
             GrpcError: FAILED_PRECONDITION naming the lane and the operation.
         """
-        for lane, worker in enumerate(self._workers):
-            operation = worker.stuck_operation
-            if operation is not None:
-                raise GrpcError(
-                    Status.FAILED_PRECONDITION,
-                    f"environment lane {lane} is still running {operation} for an earlier "
-                    "Join session whose client went away; a new session can start once it "
-                    "returns",
-                )
+        stuck = self.stuck
+        if stuck:
+            lane, operation = next(iter(stuck.items()))
+            raise GrpcError(
+                Status.FAILED_PRECONDITION,
+                f"environment lane {lane} is still running {operation} for an earlier Join "
+                "session whose client went away; a new session can start once it returns",
+            )
 
     async def aclose(self, close: Callable[[], None]) -> None:
         """Close the env on lane 0's worker (bounded), unless a lane is stuck."""
@@ -140,7 +143,8 @@ class _Lanes:
             # Closing an env from another thread while its own call is still running is
             # unsafe for most simulators; the abandoned call's worker dies with the process.
             logger.warning(
-                "not closing the env: lane(s) %s are still inside an abandoned call", stuck
+                "not closing the env: lane(s) %s are still inside an abandoned call",
+                list(stuck),
             )
             return
         with trio.move_on_after(CLOSE_TIMEOUT) as scope:
