@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
+import pytest
 import trio
 from trio.testing import MockClock
 
-from trio_rlmesh import Error
+from trio_rlmesh import Error, ProtocolError
 from trio_rlmesh.protocol import model_v1
 from trio_rlmesh.runtime import ModelPrediction, RuntimeDriver, RuntimeLimits
 from trio_rlmesh.runtime._calls import Outcome
@@ -188,3 +189,36 @@ async def test_a_slow_endpoint_does_not_hold_back_a_fleets_predicts(
     # it was overdue), never the bound every time.
     assert len(model.group_sizes) >= 15
     assert model.called[14] <= 15.0 + 2 * 3.0
+
+
+class ShortModel(FakeModel):
+    """Answers a fused group of several with one result too few."""
+
+    async def predict_group(
+        self, requests: Sequence[model_v1.PredictRequest]
+    ) -> list[ModelPrediction | Error]:
+        answers = await super().predict_group(requests)
+        return answers[:-1] if len(answers) > 1 else answers
+
+
+async def test_a_fused_answer_of_the_wrong_length_fails_the_fleet(
+    autojump_clock: MockClock,
+) -> None:
+    """The fleet's fused call checks the answer count by the drivers' own rule, and names
+    the model as a driver would."""
+    envs = {f"env:{k}": FakeEnv(episode_length=3, delays={"env.step": 1.0}) for k in (1, 2)}
+    model = ShortModel(fuses_predicts=True)
+    fleet = Fleet(EpisodePool(max_episodes=4), model, RuntimeLimits(), fuse_wait=3.0)
+
+    @asynccontextmanager
+    async def open_driver(address: str, fleet: Fleet) -> AsyncIterator[RuntimeDriver]:
+        env = envs[address]
+        yield RuntimeDriver(env.session_spec(max_episodes=4), env, model, fleet=fleet)
+
+    with pytest.raises(ProtocolError) as info:
+        await FleetRun(list(envs), fleet, session_id="s").run(open_driver)
+    assert info.value.operation == "model.predict"
+    assert "model endpoint local-model answered 1 results for a group of 2 predicts" in str(
+        info.value
+    )
+    assert model.group_sizes == [2]

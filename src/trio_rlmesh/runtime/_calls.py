@@ -298,7 +298,7 @@ async def call_fused(
     model_id: str,
 ) -> tuple[list[Outcome], float]:
     """Make one fused predict call: one outcome per request, failures in place (never
-    raised), and how long the call took in milliseconds.
+    raised), and how long the call took in milliseconds (it ended at ``call.finished``).
 
     A wrong answer count gets its step from :func:`settle_fused`, the step when it ended.
     """
@@ -315,7 +315,8 @@ async def call_fused(
         outcomes = list(results)
     except Error as exc:
         outcomes = [exc] * len(requests)
-    return outcomes, (call.now() - started) * 1e3
+    call.finished = finished = call.now()  # a failed call has its end read here too
+    return outcomes, (finished - started) * 1e3
 
 
 def settle_fused(

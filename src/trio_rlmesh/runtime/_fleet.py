@@ -29,9 +29,17 @@ from typing import TypeAlias, TypeVar
 import attrs
 import trio
 
-from .._errors import Error, ModelError, ProtocolError
+from .._errors import Error, ModelError
 from ..protocol import model_v1
-from ._calls import Call, FusedPredict, Outcome, PredictBatcher, Prefetch, is_cancellation
+from ._calls import (
+    Call,
+    FusedPredict,
+    Outcome,
+    PredictBatcher,
+    Prefetch,
+    call_fused,
+    is_cancellation,
+)
 from ._driver import RuntimeDriver
 from ._interfaces import RuntimeModel
 from ._plans import ActionPlan
@@ -129,23 +137,12 @@ class Fleet:
         self, requests: Sequence[model_v1.PredictRequest], keys: Sequence[_Key]
     ) -> list[Outcome]:
         """One model call for requests from several endpoints; each driver settles its own."""
-        started = trio.current_time()
-        outcomes: list[Outcome]
-        try:
-            results = await self._call(requests, None, 0, started)
-            if len(results) != len(requests):
-                raise ProtocolError(
-                    f"the model answered {len(results)} results for a group of "
-                    f"{len(requests)} predicts",
-                    operation="model.predict",
-                )
-            outcomes = list(results)
-        except Error as exc:
-            outcomes = [exc] * len(requests)
-        finished = trio.current_time()
+        # The drivers of one fleet share the model, so any of them names it.
+        model_id = keys[0][0].spec.model_component_id
+        outcomes, ms = await call_fused(self._call, requests, None, 0, model_id)
+        finished = self._call.finished
         if self.batcher is not None:
             self.batcher.served(keys, finished)
-        ms = (finished - started) * 1e3
         self._rpc(ms)
         self._size(len(requests))
         positions: dict[RuntimeDriver, list[int]] = {}
