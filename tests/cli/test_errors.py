@@ -147,6 +147,28 @@ def test_a_refused_connection_says_it_could_not_connect(
     assert json.loads(out.read_text())["reason"].startswith("TransportError: could not connect")
 
 
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "command",
+    [["serve-env", "gymnasium:CartPole-v1"], ["serve-model", "tests.cli.models:AlwaysLeft"]],
+)
+def test_a_busy_port_says_the_server_could_not_listen(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        code = main([*command, "--bind", address])
+    err = capsys.readouterr().err
+    assert code == EXIT_FAILED
+    component = command[0].removeprefix("serve-")
+    assert _lines(err) == [
+        f"trio-rlmesh {command[0]}: the {component} server could not listen on {address}: "
+        "the address is already in use; is another server listening there?"
+    ]
+
+
 def test_gymnasium_not_installed(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

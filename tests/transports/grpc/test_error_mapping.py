@@ -7,8 +7,11 @@ on both backends.
 
 from __future__ import annotations
 
+import errno
+import functools
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,7 +20,7 @@ import trio
 
 from trio_rlmesh import OperationTimeout, TransportError
 from trio_rlmesh.transports.grpc import open_env_client, open_model_client, serve_env, serve_model
-from trio_rlmesh.transports.grpc._errors import map_transport_error
+from trio_rlmesh.transports.grpc._errors import could_not_listen, map_transport_error
 from trio_rlmesh.transports.grpc._status import ConnectionLost, GrpcError, Status
 
 
@@ -111,6 +114,57 @@ async def test_clients_say_they_could_not_connect(
             pass
     assert caught.value.message.startswith(f"could not connect to tcp://{refusing_address}")
     assert "is the server running?" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("exc", "says"),
+    [
+        (
+            OSError(errno.EADDRINUSE, "Address already in use"),
+            "the address is already in use; is another server listening there?",
+        ),
+        (OSError(errno.EADDRNOTAVAIL, "Cannot assign"), "the address is not one of this machine's"),
+        (
+            socket.gaierror(-2, "Name or service not known"),
+            "cannot resolve the host (Name or service not known)",
+        ),
+        (FileNotFoundError(2, "No such file"), "the socket file's directory does not exist"),
+        (PermissionError(13, "Permission denied"), "permission denied"),
+    ],
+)
+def test_why_a_server_could_not_listen(exc: OSError, says: str) -> None:
+    error = could_not_listen(exc, "model", "tcp://h:1")
+    assert error.message == f"the model server could not listen on tcp://h:1: {says}"
+    assert (error.operation, error.address) == ("model.serve", "tcp://h:1")
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("backend", ["trio", "grpclib"])
+async def test_servers_say_they_could_not_listen(backend: str, tmp_path: Path) -> None:
+    """Both servers, on both backends: a port in use and a socket in a missing directory."""
+    missing = f"unix://{tmp_path}/no-such-dir/s.sock"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = f"127.0.0.1:{taken.getsockname()[1]}"
+        for component, serve, served in (
+            ("env", serve_env, _Env()),
+            ("model", serve_model, _Zero()),
+        ):
+            for address, says in (
+                (busy, "the address is already in use; is another server listening there?"),
+                (missing, "the socket file's directory does not exist"),
+            ):
+                with trio.fail_after(10):
+                    async with trio.open_nursery() as nursery:
+                        with pytest.raises(TransportError) as caught:
+                            await nursery.start(
+                                functools.partial(serve, served, address, backend=backend)
+                            )
+                assert caught.value.message == (
+                    f"the {component} server could not listen on {address}: {says}"
+                )
+                assert isinstance(caught.value.__cause__, OSError)
 
 
 class _Env:

@@ -16,6 +16,7 @@ UNAVAILABLE, RESOURCE_EXHAUSTED recoverable TransportError
 ABORTED
 other statuses                  TransportError carrying the status name as ``code``
 ConnectionLost, refused         TransportError "could not connect to ..."
+a server's listen failed        TransportError "the env server could not listen on ..."
 ConnectionLost, OSError, EOF    TransportError "connection lost during ...: <reason>"
 an Error                        itself, with missing context filled in
 ==============================  ===========================================================
@@ -29,9 +30,9 @@ from typing import Any, Final
 import trio
 
 from ..._errors import Error, OperationTimeout, TransportError
-from ._status import ConnectionLost, GrpcError, Status
+from ._status import ConnectionLost, GrpcError, Status, socket_reason
 
-__all__ = ["map_transport_error", "where"]
+__all__ = ["could_not_listen", "map_transport_error", "where"]
 
 _RETRYABLE: Final = frozenset({Status.UNAVAILABLE, Status.RESOURCE_EXHAUSTED, Status.ABORTED})
 
@@ -128,3 +129,18 @@ def map_transport_error(
     if isinstance(exc, EOFError):
         return TransportError(f"connection lost during {at}: the stream ended", **context)
     return TransportError(f"{at} failed: {type(exc).__name__}: {exc}", **context)
+
+
+def could_not_listen(exc: OSError, component: str, address: str) -> TransportError:
+    """A server that could not listen on ``address`` (``component``: ``"env"`` or
+    ``"model"``), saying why in words a user can act on.
+
+    >>> could_not_listen(socket.gaierror(-2, "Name or service not known"), "env", "h:1").message
+    'the env server could not listen on h:1: cannot resolve the host (Name or service not known)'
+    """
+    return TransportError(
+        f"the {component} server could not listen on {address}: "
+        f"{socket_reason(exc, listening=True)}",
+        operation=f"{component}.serve",
+        address=address,
+    )

@@ -22,6 +22,7 @@ Theory of operation.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -33,6 +34,7 @@ import trio
 from ...protocol import core_v1
 from ._backend import Handler, ServerCall, get_backend
 from ._codec import decode, encode
+from ._errors import could_not_listen
 from ._handshake import AUTHORIZATION_HEADER
 from ._health import HEALTH_HANDLERS
 from ._settings import GrpcSettings
@@ -167,7 +169,13 @@ async def run_server(
 ) -> None:
     """Serve ``handlers`` (and health) until cancelled or asked to stop; see the module doc."""
     all_handlers = {**handlers, **HEALTH_HANDLERS}
-    async with get_backend(backend).open_server(address, all_handlers, settings) as server:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            server = await stack.enter_async_context(
+                get_backend(backend).open_server(address, all_handlers, settings)
+            )
+        except OSError as exc:
+            raise could_not_listen(exc, core.component, address) from exc
         try:
             async with trio.open_nursery() as nursery:
                 if idle_timeout is not None:

@@ -16,6 +16,7 @@ header, and the status a server answers for a handler's outcome.
 from __future__ import annotations
 
 import enum
+import errno
 import math
 import socket
 from typing import Final
@@ -29,6 +30,7 @@ __all__ = [
     "encode_grpc_message",
     "format_grpc_timeout",
     "parse_grpc_timeout",
+    "socket_reason",
 ]
 
 
@@ -100,16 +102,31 @@ class ConnectionLost(Exception):
         >>> ConnectionLost.could_not_connect(ConnectionRefusedError(), "tcp://h:1").reason
         'could not connect to tcp://h:1: connection refused; is the server running?'
         """
-        exc = _root_os_error(exc)
-        if isinstance(exc, ConnectionRefusedError):
-            why = "connection refused; is the server running?"
-        elif isinstance(exc, FileNotFoundError):
-            why = "no such socket file; is the server running?"
-        elif isinstance(exc, socket.gaierror):
-            why = f"cannot resolve the host ({exc.strerror or exc})"
-        else:
-            why = exc.strerror or str(exc) or type(exc).__name__
-        return cls(f"could not connect to {target}: {why}", refused=True)
+        return cls(f"could not connect to {target}: {socket_reason(exc)}", refused=True)
+
+
+def socket_reason(exc: OSError, *, listening: bool = False) -> str:
+    """Why a socket could not connect (or, with ``listening``, could not listen), in words
+    that say what to check.
+
+    >>> socket_reason(OSError(errno.EADDRINUSE, "Address already in use"), listening=True)
+    'the address is already in use; is another server listening there?'
+    """
+    exc = _root_os_error(exc)
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host ({exc.strerror or exc})"
+    if listening:
+        if exc.errno == errno.EADDRINUSE:
+            return "the address is already in use; is another server listening there?"
+        if exc.errno == errno.EADDRNOTAVAIL:
+            return "the address is not one of this machine's"
+        if isinstance(exc, FileNotFoundError):
+            return "the socket file's directory does not exist"
+    elif isinstance(exc, ConnectionRefusedError):
+        return "connection refused; is the server running?"
+    elif isinstance(exc, FileNotFoundError):
+        return "no such socket file; is the server running?"
+    return (exc.strerror or str(exc) or type(exc).__name__).lower()
 
 
 def _root_os_error(exc: OSError) -> OSError:
