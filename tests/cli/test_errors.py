@@ -5,6 +5,7 @@ With ``--json``, a run that fails before it starts still writes a ``failed`` rep
 
 from __future__ import annotations
 
+import errno
 import json
 import socket
 import sys
@@ -16,8 +17,9 @@ import pytest
 import trio
 
 from trio_rlmesh import EnvError
-from trio_rlmesh._cli import main
+from trio_rlmesh._cli import _run, main
 from trio_rlmesh._cli._exit import EXIT_FAILED, EXIT_USAGE, UsageError, describe, unwrap
+from trio_rlmesh._cli._output import check_writable
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup, ExceptionGroup
@@ -166,6 +168,62 @@ def test_a_busy_port_says_the_server_could_not_listen(
     assert _lines(err) == [
         f"trio-rlmesh {command[0]}: the {component} server could not listen on {address}: "
         "the address is already in use; is another server listening there?"
+    ]
+
+
+@pytest.mark.parametrize("where", ["a-directory", "under-a-file"])
+def test_an_unwritable_json_path_is_a_usage_error_before_the_run(
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("")
+    path, why = {
+        "a-directory": (tmp_path, "is a directory"),
+        "under-a-file": (
+            tmp_path / "file" / "sub" / "out.json",
+            f"{tmp_path / 'file'} is not a directory",
+        ),
+    }[where]
+    assert main(["run", "--episodes", "1", "--no-progress", "--json", str(path)]) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert _lines(captured.err) == [f"trio-rlmesh run: --json {path} cannot be written: {why}"]
+    assert captured.out == ""  # no run, no results
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_the_json_check_leaves_nothing_behind(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "out.json"
+    check_writable(path, "--json")
+    assert path.parent.is_dir()  # as write_json would make it
+    assert not path.exists()
+    path.write_text("kept")
+    check_writable(path, "--json")
+    assert path.read_text() == "kept"
+
+
+def test_a_report_that_cannot_be_written_after_the_run_fails_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "report.json"
+
+    def full(path: Path | None, data: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_run, "write_json", full)
+    assert main(["run", "--episodes", "1", "--no-progress", "--json", str(out)]) == EXIT_FAILED
+    captured = capsys.readouterr()
+    assert "completed: 1 episode" in captured.out  # the results are still printed
+    assert _lines(captured.err)[-1] == (
+        f"trio-rlmesh run: could not write the report to {out}: no space left on device"
+    )
+
+
+def test_show_checks_the_plot_path_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["show", str(tmp_path / "no-dataset-v0"), "--plot", str(tmp_path)])
+    assert code == EXIT_USAGE
+    assert _lines(capsys.readouterr().err) == [
+        f"trio-rlmesh show: --plot {tmp_path} cannot be written: is a directory"
     ]
 
 

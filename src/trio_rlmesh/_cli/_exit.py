@@ -145,7 +145,7 @@ class Interrupts:
         self._exit_code = exit_code
         self._token: trio.lowlevel.TrioToken | None = None
         self._on_signal: OnSignal | None = None
-        self._last_words: Callable[[], None] | None = None
+        self._last_words: Callable[[], object] | None = None
         self._output = threading.Lock()
         self._status: int | None = None
 
@@ -179,7 +179,7 @@ class Interrupts:
         self._token = None
         self._on_signal = None
 
-    def last_words(self, write: Callable[[], None] | None) -> None:
+    def last_words(self, write: Callable[[], object] | None) -> None:
         """What to write if the process has to be ended before its normal output."""
         self._last_words = write
 

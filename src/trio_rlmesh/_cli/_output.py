@@ -16,10 +16,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..runtime import RuntimeReport
+from ._exit import UsageError
 
 __all__ = [
     "STDOUT",
+    "UnwritableReport",
+    "check_writable",
     "empty_report_dict",
+    "file_reason",
     "format_endpoints",
     "format_episodes",
     "format_summary",
@@ -28,6 +32,12 @@ __all__ = [
 ]
 
 STDOUT = Path("-")
+
+
+class UnwritableReport(UsageError):
+    """The report's path cannot be written (so no report goes there, not even a failed one)."""
+
+
 """``--json -``: the report goes to stdout."""
 
 
@@ -137,6 +147,36 @@ def write_json(path: Path | None, data: dict[str, Any], stdout: TextIO | None = 
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def check_writable(path: Path | None, option: str) -> None:
+    """Fail now, not after the run, when ``path`` could not be written (``-`` and ``None``
+    always can). The probe makes the parent folders :func:`write_json` would make and
+    leaves no file behind.
+
+    Raises:
+        UnwritableReport: naming the option, the path and why.
+    """
+    if path is None or path == STDOUT:
+        return
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a"):
+            pass
+    except OSError as exc:
+        why = file_reason(exc)
+        if isinstance(exc, (FileExistsError, NotADirectoryError)):  # a folder on the way is a file
+            blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+            why = f"{blocking or path.parent} is not a directory"
+        raise UnwritableReport(f"{option} {path} cannot be written: {why}") from None
+    if not existed:
+        path.unlink(missing_ok=True)
+
+
+def file_reason(exc: OSError) -> str:
+    """Why a file operation failed, as the end of a sentence (``no such file or directory``)."""
+    return (exc.strerror or str(exc) or type(exc).__name__).lower()
 
 
 def _json_default(value: Any) -> Any:

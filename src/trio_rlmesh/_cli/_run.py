@@ -34,6 +34,7 @@ from ..runtime._internal import (
 )
 from ._exit import (
     EXIT_CANCELLED,
+    EXIT_FAILED,
     EXIT_OK,
     Failure,
     Interrupts,
@@ -43,7 +44,10 @@ from ._exit import (
 )
 from ._output import (
     STDOUT,
+    UnwritableReport,
+    check_writable,
     empty_report_dict,
+    file_reason,
     format_endpoints,
     format_episodes,
     format_summary,
@@ -301,6 +305,7 @@ def _check_options(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> _Plan:
     """Check every argument and load every target, before anything starts."""
     episodes = _check_options(args)
+    check_writable(args.json, "--json")
     kwargs = env_kwargs(args.env_kwargs, args.env_arg)
     targets = _env_targets(args) or [DEFAULT_ENV]
     env_label = targets[0] if len(targets) == 1 else plural(len(targets), "env server")
@@ -713,9 +718,12 @@ def run_command(args: argparse.Namespace) -> int:
         except Exception as exc:  # the one place a failure becomes an exit status
             failure = describe(exc)
             report = getattr(unwrap(exc), "report", None)
+            if isinstance(unwrap(exc), UnwritableReport):
+                args.json = None  # the failed report has nowhere to go either
         status = _status(report, failure)
         with interrupts.final_output(status):
-            _write_results(args, out, report, failure)
+            if not _write_results(args, out, report, failure) and status == EXIT_OK:
+                status = EXIT_FAILED  # the run went well, but its report is not where asked
         return status
 
 
@@ -743,8 +751,9 @@ def _status(report: RuntimeReport | None, failure: Failure | None) -> int:
 
 def _write_results(
     args: argparse.Namespace, out: TextIO, report: RuntimeReport | None, failure: Failure | None
-) -> None:
-    """Print the results (the episodes finished, however the run ended) and write the report."""
+) -> bool:
+    """Print the results (the episodes finished, however the run ended) and write the report;
+    False when the report could not be written (said on stderr)."""
     if report is not None and (report.episodes or failure is None):
         out.write(format_episodes(report) + "\n")
         shown = report if failure is None else attrs.evolve(report, reason=None)
@@ -763,7 +772,14 @@ def _write_results(
         sys.stderr.write(f"trio-rlmesh run: {failure.message}\n")
         data = report.to_json_dict() if report is not None else empty_report_dict("")
         data["status"], data["reason"] = "failed", failure.reason
+    else:
+        assert report is not None
+        data = report.to_json_dict()
+    try:
         write_json(args.json, data)
-        return
-    assert report is not None
-    write_json(args.json, report.to_json_dict())
+    except OSError as exc:
+        sys.stderr.write(
+            f"trio-rlmesh run: could not write the report to {args.json}: {file_reason(exc)}\n"
+        )
+        return False
+    return True

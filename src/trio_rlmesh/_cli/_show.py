@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ._exit import EXIT_OK, describe
+from ._output import check_writable
 
 __all__ = ["add_show_parser"]
 
@@ -34,6 +35,7 @@ def show_command(args: argparse.Namespace) -> int:
     from ..record import plot_returns, summarize
 
     try:
+        check_writable(args.plot, "--plot")
         summary = summarize(args.dataset)
         print(summary.format())
         if args.plot is not None:
