@@ -66,12 +66,30 @@ def _env_target(value: Any) -> Any:
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
         addresses = tuple(value)
         for address in addresses:
+            _check_env_address(address)
             if addresses.count(address) > 1:
                 raise SpecError(
                     f"env address {address!r} is listed twice; a fleet drives each endpoint once"
                 )
         return addresses[0] if len(addresses) == 1 else addresses
+    if isinstance(value, str):
+        _check_env_address(value)
     return value
+
+
+def _check_env_address(address: str) -> None:
+    """Refuse a string that is no server address, pointing at what the caller likely meant
+    (a Gymnasium id: an env object runs in this process)."""
+    from .transports.grpc import parse_address
+
+    try:
+        parse_address(address)
+    except ValueError as exc:
+        env_id = address.removeprefix("gymnasium:")
+        raise SpecError(
+            f"{exc}; a string env is a server address: to run a Gymnasium env in this "
+            f"process, pass the env itself, e.g. gymnasium.make({env_id!r})"
+        ) from None
 
 
 def _fuse_wait(value: float) -> float:

@@ -270,3 +270,25 @@ async def test_a_model_error_on_a_lane_endpoint_names_the_env_lane() -> None:
     assert caught.value.operation == "model.predict"
     assert caught.value.report is not None
     assert caught.value.report.status == "failed"
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ("CartPole-v1", "invalid address 'CartPole-v1': expected host:port"),
+        ("gymnasium:CartPole-v1", "port 'CartPole-v1' is not a number"),
+        (["127.0.0.1:1", "CartPole-v1"], "invalid address 'CartPole-v1'"),
+    ],
+)
+def test_a_string_that_is_no_address_points_at_the_env_object(env: Any, says: str) -> None:
+    """What someone used to ``gymnasium.make`` ids most likely meant, said before anything
+    connects (a fleet's addresses are checked one by one)."""
+    from trio_rlmesh import SpecError, run
+
+    with pytest.raises(SpecError) as caught:
+        run(object(), env, max_episodes=1)
+    assert says in caught.value.message
+    assert caught.value.message.endswith(
+        "a string env is a server address: to run a Gymnasium env in this process, pass "
+        "the env itself, e.g. gymnasium.make('CartPole-v1')"
+    )
