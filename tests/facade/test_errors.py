@@ -7,6 +7,7 @@ recoverability and context, and carry the partial report; the env server keeps s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -292,3 +293,20 @@ def test_a_string_that_is_no_address_points_at_the_env_object(env: Any, says: st
         "a string env is a server address: to run a Gymnasium env in this process, pass "
         "the env itself, e.g. gymnasium.make('CartPole-v1')"
     )
+
+
+def test_a_model_error_names_the_env_by_its_name_and_route() -> None:
+    """Not by the route id alone (a run mints one per session): the env's own name first."""
+    from trio_rlmesh import run
+
+    class Seven:
+        def predict(self, observation: Any) -> Any:
+            return np.int64(7)
+
+    with pytest.raises(ModelError) as caught:
+        run(Seven(), gym.make("CartPole-v1"), max_episodes=1)
+    assert re.search(
+        r"model 'Seven' returned a bad action for env 'CartPole-v1' \(route [0-9a-f-]{36}\) "
+        r"lane 0: ",
+        caught.value.message,
+    ), caught.value.message

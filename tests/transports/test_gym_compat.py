@@ -182,8 +182,8 @@ async def _in_process(env: Any, options: RunLocalOptions) -> RuntimeReport:
 async def test_an_old_gym_env_runs_the_same_in_process_and_served(
     make: Any, episode_seeds: tuple[int, ...], expected: list[tuple[int, bool, bool]]
 ) -> None:
-    options = RunLocalOptions(
-        "inprocess://local", episode_seeds=episode_seeds, max_episodes=len(expected)
+    options = RunLocalOptions(  # no address: _in_process hands the env over itself
+        None, episode_seeds=episode_seeds, max_episodes=len(expected)
     )
     local = await _in_process(make(), options)
     with trio.fail_after(60):
@@ -216,7 +216,7 @@ class OldCounter:
 
 
 async def test_an_old_env_with_an_integer_observation_runs() -> None:
-    options = RunLocalOptions("inprocess://local", max_episodes=2)
+    options = RunLocalOptions(None, max_episodes=2)  # _in_process hands the env over
     adapter = GymEnvRuntimeEnv(OldCounter())
     model = ModelHandlerRuntimeModel(Zero(), adapter.contract)
     report = await _run_session(adapter, model, contract=adapter.contract, options=options)

@@ -540,7 +540,7 @@ class ModelEngine:
                 results[index] = self._error(failure.cause, group, failure.lane)
 
     def _error(self, cause: BaseException, group: ModelObservation, lane: int | None) -> ModelError:
-        where = f"model {self.name!r} failed on env {group.env_id!r}"
+        where = f"model {self.name!r} failed on {group.env_label}"
         if lane is not None:
             where += f" lane {lane}"
         detail = cause.message if isinstance(cause, Error) else f"{type(cause).__name__}: {cause}"

@@ -160,6 +160,18 @@ class PredictFrames:
     replay: list[list[Any]] = attrs.field(factory=list)
 
 
+def env_label(env_id: str, env_name: str = "") -> str:
+    """How messages name an env route: by the env's own name, with the route id (a run
+    mints one per session) to match logs, or by the route id alone when the name is unknown.
+
+    >>> env_label("01a2", "CartPole-v1"), env_label("01a2")
+    ("env 'CartPole-v1' (route 01a2)", "env '01a2'")
+    """
+    if env_name and env_name != env_id:
+        return f"env {env_name!r} (route {env_id})"
+    return f"env {env_id!r}"
+
+
 @attrs.frozen
 class ModelObservation:
     """One predict group, decoded: a batch of lanes plus the route context."""
@@ -177,6 +189,13 @@ class ModelObservation:
     """Rows for env steps the model did not see since its last predict."""
     observation_space: Space | None = None
     action_space: Space | None = None
+    env_name: str = ""
+    """The env's own name from its contract (``"CartPole-v1"``); empty when unknown."""
+
+    @property
+    def env_label(self) -> str:
+        """How messages name this group's env (see :func:`env_label`)."""
+        return env_label(self.env_id, self.env_name)
 
     @property
     def num_envs(self) -> int:

@@ -7,6 +7,7 @@ private module of the model package (``tests/test_layering.py`` checks that).
 
 from __future__ import annotations
 
+from ._handler import env_label
 from ._wire import (
     encode_frames,
     model_error_to_wire,
@@ -18,6 +19,7 @@ from ._wire import (
 
 __all__ = [
     "encode_frames",
+    "env_label",
     "model_error_to_wire",
     "observation_from_request",
     "resolve_route",

@@ -21,6 +21,7 @@ from ._handler import (
     PredictFrames,
     ResolveOptions,
     RouteContract,
+    env_label,
 )
 from ._tree import find_nan
 
@@ -197,7 +198,8 @@ def observation_from_request(
         )
     except Error as exc:
         raise _invalid(
-            f"model {model!r} cannot decode the observation for env {context.env_id!r}: {exc}"
+            f"model {model!r} cannot decode the observation for "
+            f"{env_label(context.env_id, contract.env_name)}: {exc}"
         ) from exc
     return ModelObservation(
         observation=batch,
@@ -209,6 +211,7 @@ def observation_from_request(
         history=history,
         observation_space=space,
         action_space=contract.action_space,
+        env_name=contract.env_name,
     )
 
 
@@ -260,18 +263,18 @@ def _refuse_episode_ids(ids: Sequence[str], env_id: str) -> None:
         seen.add(episode_id)
 
 
-def _bad_action(model: str, env_id: str) -> str:
+def _bad_action(model: str, env: str) -> str:
     # Built only on failure: formatting it on every predict costs more than the check.
-    return f"model {model!r} returned a bad action for env {env_id!r}"
+    return f"model {model!r} returned a bad action for {env}"
 
 
 def _encode_frame(
-    space: Space, actions: Sequence[Any], *, model: str, env_id: str, frame: int, carry: bool
+    space: Space, actions: Sequence[Any], *, model: str, env: str, frame: int, carry: bool
 ) -> spaces_v1.SpaceValue:
     nan = find_nan(space, actions)
     if nan is not None:
         lane, path = nan
-        where = _bad_action(model, env_id)
+        where = _bad_action(model, env)
         raise ModelError(
             f"{where} lane {lane}"
             + (f" (replay frame {frame})" if frame else "")
@@ -286,7 +289,7 @@ def _encode_frame(
         return spaces_v1.SpaceValue(leaves=encode_lanes(space, actions))
     except Error as exc:
         failure: Error = exc
-    where = _bad_action(model, env_id)
+    where = _bad_action(model, env)
     # Find the first lane that fails on its own, so the error can name it.
     for lane, action in enumerate(actions):
         try:
@@ -304,7 +307,7 @@ def _encode_frame(
 
 
 def encode_frames(
-    frames: PredictFrames, space: Space, n: int, *, model: str, env_id: str, carry: bool = False
+    frames: PredictFrames, space: Space, n: int, *, model: str, env: str, carry: bool = False
 ) -> list[spaces_v1.SpaceValue]:
     """Frame 0 and every replay frame of a group, each checked and encoded as ``n`` lanes
     (with ``carry``, checked and carried instead: a
@@ -313,20 +316,19 @@ def encode_frames(
     Raises:
         ModelError: a frame with the wrong number of actions, or an action that does not
             fit the action space (wrong kind, shape, arity, key, an out-of-domain discrete
-            value, a NaN); the message names the model, the env and the lane.
+            value, a NaN); the message names the model, the env (``env``, as
+            :func:`~trio_rlmesh.model._handler.env_label` words it) and the lane.
     """
     out = []
     for index, frame in enumerate([frames.actions, *frames.replay]):
         if len(frame) != n:
             what = "actions" if index == 0 else f"actions in replay frame {index}"
             raise ModelError(
-                f"model {model!r} returned {len(frame)} {what} for {n} lanes of env {env_id!r}",
+                f"model {model!r} returned {len(frame)} {what} for {n} lanes of {env}",
                 operation="model.predict",
                 code="INTERNAL",
             )
-        out.append(
-            _encode_frame(space, frame, model=model, env_id=env_id, frame=index, carry=carry)
-        )
+        out.append(_encode_frame(space, frame, model=model, env=env, frame=index, carry=carry))
     return out
 
 

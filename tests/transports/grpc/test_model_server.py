@@ -194,8 +194,7 @@ async def test_predict_before_resolve_and_model_errors(
             failed = await join.call(predict("e", [1.0]))
             assert failed.error is not None
             assert "ValueError: deliberate failure" in failed.error.message
-            assert "'e'" in failed.error.message
-            assert "lane 0" in failed.error.message
+            assert "on env 'Toy-v0' (route e) lane 0" in failed.error.message
             assert failed.decode_ns is not None  # errors carry the phase fields too
 
 

@@ -244,7 +244,7 @@ async def test_bad_output_names_model_env_and_lane(
         await model.predict(predict_request("env-7", [1, 2, 3]))
     error = caught.value
     assert f"'{model_type.__name__}'" in error.message
-    assert "'env-7'" in error.message
+    assert f"env {route.env_name!r} (route env-7)" in error.message  # name and route id
     assert "lane 1" in error.message
     assert error.lane == 1
     assert fragment in error.message

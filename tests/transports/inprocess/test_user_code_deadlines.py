@@ -80,9 +80,8 @@ class HangingCountdown(Countdown):
 
 
 def _options(**limits: Any) -> RunLocalOptions:
-    return RunLocalOptions(
-        "inprocess://test", max_episodes=10, close_env=True, limits=RuntimeLimits(**limits)
-    )
+    # No address: _run_session is handed the env endpoint itself.
+    return RunLocalOptions(None, max_episodes=10, close_env=True, limits=RuntimeLimits(**limits))
 
 
 async def _run_until_hung(

@@ -29,7 +29,12 @@ from ...model import (
     RouteContract,
     as_handler,
 )
-from ...model._internal import encode_frames, observation_from_request, resolve_route
+from ...model._internal import (
+    encode_frames,
+    env_label,
+    observation_from_request,
+    resolve_route,
+)
 from ...protocol import EnvContractInfo, core_v1, model_v1, read_env_contract
 from ...runtime import EndpointTimings, ModelPrediction
 from ...runtime._internal import ServingUserCode
@@ -142,12 +147,16 @@ class ModelHandlerRuntimeModel:
         return self.contract
 
     def _wrap(self, exc: BaseException, env_id: str, operation: str) -> ModelError:
-        if isinstance(exc, ModelError) and f"env {env_id!r}" in exc.message:
+        if isinstance(exc, ModelError) and (
+            f"env {env_id!r}" in exc.message or f"(route {env_id})" in exc.message
+        ):
             return exc.with_context(operation=operation)  # type: ignore[return-value]
         recoverable = exc.recoverable if isinstance(exc, Error) else False
         detail = exc.message if isinstance(exc, Error) else f"{type(exc).__name__}: {exc}"
+        routed = self._routes.get(env_id)
+        where = env_label(env_id, routed.env_name if routed is not None else "")
         error = ModelError(
-            f"model {self.name!r} failed {operation} for env {env_id!r}: {detail}",
+            f"model {self.name!r} failed {operation} for {where}: {detail}",
             recoverable=recoverable,
             operation=operation,
             lane=exc.lane if isinstance(exc, Error) else None,
@@ -263,7 +272,7 @@ class ModelHandlerRuntimeModel:
                 results.append(
                     ModelError(
                         f"model {self.name!r} returned fewer results than groups "
-                        f"(env {group.env_id!r})",
+                        f"({group.env_label})",
                         operation="model.predict",
                         code="INTERNAL",
                     )
@@ -294,7 +303,7 @@ class ModelHandlerRuntimeModel:
                 space if space is not None else self._route_contract(group.env_id).action_space,
                 group.num_envs,
                 model=self.name,
-                env_id=group.env_id,
+                env=group.env_label,
                 carry=self.carry_values,
             )
         except Error as exc:
