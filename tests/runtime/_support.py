@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
+from trio_rlmesh import Error
+from trio_rlmesh.protocol import model_v1
 from trio_rlmesh.runtime import (
+    ModelPrediction,
     RuntimeDriver,
     RuntimeHooks,
     RuntimeLimits,
@@ -89,3 +93,13 @@ class Recorder(RuntimeHooks):
 
     async def on_telemetry(self, event: Any) -> None:
         self.calls.append(("on_telemetry", event))
+
+
+class ShortModel(FakeModel):
+    """Fuses predicts, and answers a group of several with one result too few."""
+
+    async def predict_group(
+        self, requests: Sequence[model_v1.PredictRequest]
+    ) -> list[ModelPrediction | Error]:
+        answers = await super().predict_group(requests)
+        return answers[:-1] if len(answers) > 1 else answers

@@ -17,6 +17,8 @@ from trio_rlmesh.runtime._fleet import Fleet, FleetBatcher, FleetRun
 from trio_rlmesh.runtime._pool import EpisodePool
 from trio_rlmesh.testing import FakeEnv, FakeModel
 
+from ._support import ShortModel
+
 
 def request(n: int) -> model_v1.PredictRequest:
     return model_v1.PredictRequest(context=model_v1.AdapterContext(request_id=f"r{n}"))
@@ -189,16 +191,6 @@ async def test_a_slow_endpoint_does_not_hold_back_a_fleets_predicts(
     # it was overdue), never the bound every time.
     assert len(model.group_sizes) >= 15
     assert model.called[14] <= 15.0 + 2 * 3.0
-
-
-class ShortModel(FakeModel):
-    """Answers a fused group of several with one result too few."""
-
-    async def predict_group(
-        self, requests: Sequence[model_v1.PredictRequest]
-    ) -> list[ModelPrediction | Error]:
-        answers = await super().predict_group(requests)
-        return answers[:-1] if len(answers) > 1 else answers
 
 
 async def test_a_fused_answer_of_the_wrong_length_fails_the_fleet(

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 import trio
 from trio.testing import MockClock
 
-from trio_rlmesh import EnvError, Error, ProtocolError
-from trio_rlmesh.protocol import model_v1
-from trio_rlmesh.runtime import ModelPrediction
+from trio_rlmesh import EnvError, ProtocolError
 from trio_rlmesh.testing import FakeEnv, FakeModel, Fault
 from trio_rlmesh.testing._fakes import decode_observation
 
-from ._support import UUID7, Recorder, driver, run
+from ._support import UUID7, Recorder, ShortModel, driver, run
 
 
 def lane_env(**kw: object) -> FakeEnv:
@@ -77,16 +73,6 @@ async def test_waiting_lanes_fuse_into_one_predict_group(autojump_clock: MockClo
     # Each lane still gets its own identity and request id.
     ids = [p.context.request_id for p in model.predicts]
     assert len(set(ids)) == len(ids)
-
-
-class ShortModel(FakeModel):
-    """Fuses predicts, and answers a group of several with one result too few."""
-
-    async def predict_group(
-        self, requests: Sequence[model_v1.PredictRequest]
-    ) -> list[ModelPrediction | Error]:
-        answers = await super().predict_group(requests)
-        return answers[:-1] if len(answers) > 1 else answers
 
 
 async def test_a_fused_answer_of_the_wrong_length_fails_the_run(
