@@ -32,13 +32,11 @@ __all__ = [
 ]
 
 STDOUT = Path("-")
+"""``--json -``: the report goes to stdout."""
 
 
 class UnwritableReport(UsageError):
     """The report's path cannot be written (so no report goes there, not even a failed one)."""
-
-
-"""``--json -``: the report goes to stdout."""
 
 
 def plural(count: int, noun: str) -> str:

@@ -263,13 +263,19 @@ def _refuse_episode_ids(ids: Sequence[str], env_id: str) -> None:
         seen.add(episode_id)
 
 
-def _bad_action(model: str, env: str) -> str:
+def _bad_action(model: str, env: tuple[str, str]) -> str:
     # Built only on failure: formatting it on every predict costs more than the check.
-    return f"model {model!r} returned a bad action for {env}"
+    return f"model {model!r} returned a bad action for {env_label(*env)}"
 
 
 def _encode_frame(
-    space: Space, actions: Sequence[Any], *, model: str, env: str, frame: int, carry: bool
+    space: Space,
+    actions: Sequence[Any],
+    *,
+    model: str,
+    env: tuple[str, str],
+    frame: int,
+    carry: bool,
 ) -> spaces_v1.SpaceValue:
     nan = find_nan(space, actions)
     if nan is not None:
@@ -307,7 +313,13 @@ def _encode_frame(
 
 
 def encode_frames(
-    frames: PredictFrames, space: Space, n: int, *, model: str, env: str, carry: bool = False
+    frames: PredictFrames,
+    space: Space,
+    n: int,
+    *,
+    model: str,
+    env: tuple[str, str],
+    carry: bool = False,
 ) -> list[spaces_v1.SpaceValue]:
     """Frame 0 and every replay frame of a group, each checked and encoded as ``n`` lanes
     (with ``carry``, checked and carried instead: a
@@ -316,15 +328,16 @@ def encode_frames(
     Raises:
         ModelError: a frame with the wrong number of actions, or an action that does not
             fit the action space (wrong kind, shape, arity, key, an out-of-domain discrete
-            value, a NaN); the message names the model, the env (``env``, as
-            :func:`~trio_rlmesh.model._handler.env_label` words it) and the lane.
+            value, a NaN); the message names the model, the env (``env`` is its route id
+            and name, worded by :func:`~trio_rlmesh.model._handler.env_label` only on
+            failure) and the lane.
     """
     out = []
     for index, frame in enumerate([frames.actions, *frames.replay]):
         if len(frame) != n:
             what = "actions" if index == 0 else f"actions in replay frame {index}"
             raise ModelError(
-                f"model {model!r} returned {len(frame)} {what} for {n} lanes of {env}",
+                f"model {model!r} returned {len(frame)} {what} for {n} lanes of {env_label(*env)}",
                 operation="model.predict",
                 code="INTERNAL",
             )

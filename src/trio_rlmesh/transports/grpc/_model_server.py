@@ -151,7 +151,9 @@ class _ModelCore:
         route = self.routes.get(group.env_id)
         space = route.contract.action_space if route is not None else group.action_space
         assert space is not None
-        actions = encode_frames(answer, space, group.num_envs, model=self.name, env=group.env_label)
+        actions = encode_frames(
+            answer, space, group.num_envs, model=self.name, env=(group.env_id, group.env_name)
+        )
         return model_v1.PredictResponse(
             context=model_v1.AdapterContext(
                 session_id=group.session_id, env_id=group.env_id, request_id=group.request_id

@@ -303,7 +303,7 @@ class ModelHandlerRuntimeModel:
                 space if space is not None else self._route_contract(group.env_id).action_space,
                 group.num_envs,
                 model=self.name,
-                env=group.env_label,
+                env=(group.env_id, group.env_name),
                 carry=self.carry_values,
             )
         except Error as exc:
