@@ -147,14 +147,15 @@ class ModelHandlerRuntimeModel:
         return self.contract
 
     def _wrap(self, exc: BaseException, env_id: str, operation: str) -> ModelError:
+        routed = self._routes.get(env_id)
+        where = env_label(env_id, routed.env_name if routed is not None else "")
+        # An error that already names the env (by name, or by route id alone) stays as it is.
         if isinstance(exc, ModelError) and (
-            f"env {env_id!r}" in exc.message or f"(route {env_id})" in exc.message
+            where in exc.message or env_label(env_id) in exc.message
         ):
             return exc.with_context(operation=operation)  # type: ignore[return-value]
         recoverable = exc.recoverable if isinstance(exc, Error) else False
         detail = exc.message if isinstance(exc, Error) else f"{type(exc).__name__}: {exc}"
-        routed = self._routes.get(env_id)
-        where = env_label(env_id, routed.env_name if routed is not None else "")
         error = ModelError(
             f"model {self.name!r} failed {operation} for {where}: {detail}",
             recoverable=recoverable,
