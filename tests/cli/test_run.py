@@ -302,13 +302,13 @@ def test_a_fleet_of_targets_or_a_bad_envs_file_is_a_usage_error(
 
 
 def test_the_progress_line_shows_the_fleet() -> None:
-    from trio_rlmesh._cli._run import _Progress
+    from trio_rlmesh._cli._terminal import RunProgress
 
-    assert "endpoint" not in _Progress(4).line()
-    progress = _Progress(4, endpoints=3)
-    assert progress.line().endswith("3/3 endpoints up")
+    assert "endpoint" not in RunProgress(4).text()
+    progress = RunProgress(4, endpoints=3)
+    assert progress.text().endswith("3/3 endpoints up")
     progress.lost = lambda: 1
-    assert progress.line().endswith("2/3 endpoints up")
+    assert progress.text().endswith("2/3 endpoints up")
 
 
 def test_ray_envs_needs_a_target_and_ray(

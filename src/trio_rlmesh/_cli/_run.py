@@ -7,25 +7,17 @@ import functools
 import math
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
 
 from .._errors import Error, TransportError
 from ..record import RecordOptions
-from ..runtime import (
-    EpisodeCompleted,
-    EpisodeRecord,
-    RuntimeDriver,
-    RuntimeHooks,
-    RuntimeReport,
-    StepCompleted,
-)
+from ..runtime import RuntimeDriver, RuntimeHooks, RuntimeReport
 from ..runtime._internal import (
     DEFAULT_FUSE_WAIT,
     SERVING_USER_CODE_MODES,
@@ -47,9 +39,9 @@ from ._output import (
     UnwritableReport,
     check_writable,
     empty_report_dict,
+    episodes_table,
     file_reason,
     format_endpoints,
-    format_episodes,
     format_summary,
     plural,
     write_json,
@@ -63,6 +55,7 @@ from ._targets import (
     load_env_target,
     load_model_target,
 )
+from ._terminal import LiveProgress, RunProgress, open_console
 from ._tokens import (
     ENV_TOKEN_VARIABLE,
     MODEL_TOKEN_VARIABLE,
@@ -73,6 +66,9 @@ from ._tokens import (
     explicit_side_token,
     resolve_token,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["add_run_parser", "parse_seeds", "run_command"]
 
@@ -186,7 +182,7 @@ def add_run_parser(commands: Any) -> None:
         "--json", type=Path, metavar="PATH", help="write the report as JSON to PATH ('-': stdout)"
     )
     p.add_argument("--telemetry", action="store_true", help="print the table of timings too")
-    p.add_argument("--no-progress", action="store_true", help="no live progress line")
+    p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.add_argument(
         "--record",
         type=Path,
@@ -413,59 +409,6 @@ def _token(args: argparse.Namespace, side: Side, address: str | None) -> str | N
     return None
 
 
-class _Progress(RuntimeHooks):
-    """Counts what the run has done; the ticker renders it, never the hot path."""
-
-    def __init__(self, episodes: int, endpoints: int = 1) -> None:
-        self.target = episodes
-        self.endpoints = endpoints
-        """The fleet's size (1: not a fleet)."""
-        self.lost: Callable[[], int] = lambda: 0
-        """How many of the fleet's endpoints are lost so far (set once the run starts)."""
-        self.done = 0
-        self.steps = 0
-        self.reward_sum = 0.0
-        self.started = time.perf_counter()
-        self.records: list[EpisodeRecord] = []
-        """Every episode counted so far: what a run that must end at once still reports."""
-
-    async def step_completed(self, event: StepCompleted) -> None:
-        self.steps = event.total_steps
-
-    async def episode_completed(self, event: EpisodeCompleted) -> None:
-        self.done += 1
-        self.reward_sum += event.record.reward
-        self.records.append(event.record)
-
-    def report(self, reason: str) -> RuntimeReport:
-        """A cancelled report of the episodes counted so far (no telemetry)."""
-        return RuntimeReport(
-            "cancelled", reason, "", "", tuple(self.records), env_step_calls=self.steps
-        )
-
-    def line(self) -> str:
-        elapsed = max(time.perf_counter() - self.started, 1e-9)
-        mean = f"{self.reward_sum / self.done:8.2f}" if self.done else f"{'-':>8}"
-        width = 24
-        filled = int(width * self.done / self.target) if self.target else 0
-        bar = "#" * filled + "-" * (width - filled)
-        line = (
-            f"[{bar}] {self.done}/{self.target} episodes  {self.steps / elapsed:8.0f} steps/s  "
-            f"mean reward {mean}"
-        )
-        if self.endpoints > 1:
-            lost = self.lost()
-            line += f"  {self.endpoints - lost}/{plural(self.endpoints, 'endpoint')} up"
-        return line
-
-
-async def _ticker(progress: _Progress, stream: TextIO) -> None:
-    while True:
-        stream.write("\r" + progress.line())
-        stream.flush()
-        await trio.sleep(0.2)
-
-
 class _DriverSlot:
     """The ``task_status`` a run reports its driver to, so that a signal can cancel it.
 
@@ -476,7 +419,7 @@ class _DriverSlot:
         self.driver: RuntimeDriver | FleetRun | None = None
         self.reason: str | None = None
         self.report: RuntimeReport | None = None
-        self.progress: _Progress | None = None
+        self.progress: RunProgress | None = None
         self._scope = scope
 
     def started(self, value: Any = None) -> None:
@@ -496,20 +439,24 @@ class _DriverSlot:
 
 
 async def _evaluate(
-    args: argparse.Namespace, plan: _Plan, out: TextIO, interrupts: Interrupts
+    args: argparse.Namespace, plan: _Plan, console: Console, interrupts: Interrupts
 ) -> RuntimeReport:
     from .._facade import RunLocalOptions
     from ..transports.grpc import serve_env
 
-    progress = _Progress(plan.episodes, plan.ray_envs or max(1, len(plan.env_addresses)))
-    show_progress = not args.no_progress and out.isatty()
+    progress = RunProgress(plan.episodes, plan.ray_envs or max(1, len(plan.env_addresses)))
+    bar = LiveProgress(console, progress) if not args.no_progress else None
     async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
         slot = _DriverSlot(nursery.cancel_scope)
         slot.progress = progress
         interrupts.arm(lambda signum: slot.cancel(f"interrupted by {signum.name}"))
-        interrupts.last_words(
-            lambda: _last_words(args, out, progress.report(_interrupted(interrupts)))
-        )
+
+        def last_words() -> None:
+            if bar is not None:
+                bar.stop()
+            _last_words(args, console, progress.report(_interrupted(interrupts)))
+
+        interrupts.last_words(last_words)
         addresses: Sequence[str] = plan.env_addresses
         if plan.ray_envs is not None:
             addresses = await stack.enter_async_context(_ray_fleet(plan))
@@ -534,16 +481,17 @@ async def _evaluate(
             user_code=plan.user_code,
             fuse_wait=plan.fuse_wait,
         )
-        if show_progress:
-            nursery.start_soon(_ticker, progress, out)
+        # The bar starts below the line that says what runs (printed once connected).
+        announced = None if bar is None else functools.partial(nursery.start_soon, bar.run)
         try:
-            await _drive(plan, options, progress, slot)
+            await _drive(plan, options, progress, slot, announced)
         finally:
-            # The in-process env server and the ticker end with the run.
+            # The in-process env server and the bar end with the run, before any result
+            # or error is printed.
             interrupts.disarm()
             nursery.cancel_scope.cancel()
-    if show_progress:
-        out.write("\r" + progress.line() + "\n")
+            if bar is not None:
+                bar.stop()
     if slot.report is None:  # cancelled while connecting
         return RuntimeReport(
             status="cancelled",
@@ -573,7 +521,13 @@ def _ray_fleet(plan: _Plan) -> AbstractAsyncContextManager[Sequence[str]]:
     )
 
 
-async def _drive(plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSlot) -> None:
+async def _drive(
+    plan: _Plan,
+    options: Any,
+    hooks: RuntimeHooks,
+    slot: _DriverSlot,
+    announced: Callable[[], object] | None = None,
+) -> None:
     from .._facade import run_local, run_remote
 
     try:
@@ -582,6 +536,8 @@ async def _drive(plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSl
         if plan.baseline is not None:
             model, label = await _baseline(plan, addresses[0])
         _announce(plan, label, addresses)
+        if announced is not None:
+            announced()
         if options.record is not None:
             # The dataset names the model as the command line did.
             name = plan.model_address or plan.model_label
@@ -610,9 +566,8 @@ def _announce(plan: _Plan, model_label: str, addresses: Sequence[str]) -> None:
     """The first line: what is evaluated on what (a fleet: on which servers)."""
     count = plural(plan.episodes, "episode")
     where = ", ".join(addresses)
-    sys.stderr.write(
-        f"trio-rlmesh: evaluating {model_label} on {plan.env_label} ({where}), {count}\n"
-    )
+    env = plan.env_label if plan.env_label == where else f"{plan.env_label} ({where})"
+    sys.stderr.write(f"trio-rlmesh: evaluating {model_label} on {env}, {count}\n")
     sys.stderr.flush()
 
 
@@ -701,20 +656,22 @@ async def _serves(side: Side, address: str, token: str | None) -> bool:
 def run_command(args: argparse.Namespace) -> int:
     """Entry point of ``trio-rlmesh run``; returns the process exit status."""
     # With the report on stdout, every other line goes to stderr.
-    out = sys.stderr if args.json == STDOUT else sys.stdout
+    console = open_console(sys.stderr if args.json == STDOUT else sys.stdout)
     recording = args.record is not None or args.record_video is not None
     grace = RECORD_CANCEL_GRACE if recording else CANCEL_GRACE
     interrupts = Interrupts(grace=grace, exit_code=lambda _signum: EXIT_CANCELLED)
     with interrupts.installed():
         # Until the run starts there is nothing to report but the interruption itself.
         interrupts.last_words(
-            lambda: _write_results(args, out, _Progress(0).report(_interrupted(interrupts)), None)
+            lambda: _write_results(
+                args, console, RunProgress(0).report(_interrupted(interrupts)), None
+            )
         )
         report: RuntimeReport | None = None
         failure: Failure | None = None
         try:
             plan = _plan(args)
-            report = trio.run(_evaluate, args, plan, out, interrupts)
+            report = trio.run(_evaluate, args, plan, console, interrupts)
         except Exception as exc:  # the one place a failure becomes an exit status
             failure = describe(exc)
             report = getattr(unwrap(exc), "report", None)
@@ -722,19 +679,19 @@ def run_command(args: argparse.Namespace) -> int:
                 args.json = None  # the failed report has nowhere to go either
         status = _status(report, failure)
         with interrupts.final_output(status):
-            if not _write_results(args, out, report, failure) and status == EXIT_OK:
+            if not _write_results(args, console, report, failure) and status == EXIT_OK:
                 status = EXIT_FAILED  # the run went well, but its report is not where asked
         return status
 
 
-def _last_words(args: argparse.Namespace, out: TextIO, report: RuntimeReport) -> None:
+def _last_words(args: argparse.Namespace, console: Console, report: RuntimeReport) -> None:
     """What a run that must end at once writes: a recording stops between two writes first
     (its dataset then holds the episodes written so far), then the episodes counted."""
     if args.record is not None or args.record_video is not None:
         from ..record._internal import freeze_writers
 
         freeze_writers(FREEZE_TIMEOUT)
-    _write_results(args, out, report, None)
+    _write_results(args, console, report, None)
 
 
 def _interrupted(interrupts: Interrupts) -> str:
@@ -750,36 +707,59 @@ def _status(report: RuntimeReport | None, failure: Failure | None) -> int:
 
 
 def _write_results(
-    args: argparse.Namespace, out: TextIO, report: RuntimeReport | None, failure: Failure | None
+    args: argparse.Namespace,
+    console: Console,
+    report: RuntimeReport | None,
+    failure: Failure | None,
 ) -> bool:
-    """Print the results (the episodes finished, however the run ended) and write the report;
-    False when the report could not be written (said on stderr)."""
+    """Print the results (the episodes finished, however the run ended), write the report,
+    say where it and the recording went, then the error; False when the report could not be
+    written (said on stderr)."""
     if report is not None and (report.episodes or failure is None):
-        out.write(format_episodes(report) + "\n")
+        console.print(episodes_table(report))
         shown = report if failure is None else attrs.evolve(report, reason=None)
-        out.write(format_summary(shown) + "\n")
+        console.print(format_summary(shown))
         if report.endpoints:
-            out.write(format_endpoints(report) + "\n")
+            console.print(format_endpoints(report))
         if args.telemetry and report.telemetry:
             from ..runtime._internal import format_telemetry
 
-            out.write(format_telemetry(report.telemetry) + "\n")
+            console.print(format_telemetry(report.telemetry))
             for part in report.endpoints:  # a fleet: the total above, then each endpoint's
                 if part.telemetry:
-                    out.write(f"\n{part.endpoint}:\n{format_telemetry(part.telemetry)}\n")
-        out.flush()
+                    console.print(f"\n{part.endpoint}:\n{format_telemetry(part.telemetry)}")
     if failure is not None:
-        sys.stderr.write(f"trio-rlmesh run: {failure.message}\n")
         data = report.to_json_dict() if report is not None else empty_report_dict("")
         data["status"], data["reason"] = "failed", failure.reason
     else:
         assert report is not None
         data = report.to_json_dict()
+    written = True
     try:
         write_json(args.json, data)
     except OSError as exc:
         sys.stderr.write(
             f"trio-rlmesh run: could not write the report to {args.json}: {file_reason(exc)}\n"
         )
-        return False
-    return True
+        written = False
+    for line in _written(args, report, written):
+        console.print(line)
+    console.file.flush()
+    if failure is not None:
+        sys.stderr.write(f"trio-rlmesh run: {failure.message}\n")
+    return written
+
+
+def _written(
+    args: argparse.Namespace, report: RuntimeReport | None, report_written: bool
+) -> list[str]:
+    """One line for each file the run wrote: the report, the dataset, the videos."""
+    lines = []
+    if args.json is not None and args.json != STDOUT and report_written:
+        lines.append(f"report written to {args.json}")
+    episodes = plural(len(report.episodes) if report is not None else 0, "episode")
+    if args.record is not None and args.record.is_dir():
+        lines.append(f"dataset written to {args.record} ({episodes})")
+    if args.record_video is not None and args.record_video.is_dir():
+        lines.append(f"videos written to {args.record_video} ({episodes}, one MP4 each)")
+    return lines
