@@ -46,7 +46,7 @@ from ._output import (
     plural,
     write_json,
 )
-from ._policies import HeuristicCartPole, RandomPolicy, is_cartpole
+from ._policies import RANDOM_MODEL, HeuristicCartPole, RandomPolicy, is_cartpole
 from ._targets import (
     add_env_kwargs_options,
     check_address,
@@ -74,8 +74,6 @@ __all__ = ["add_run_parser", "parse_seeds", "run_command"]
 
 DEFAULT_ENV = "gymnasium:CartPole-v1"
 DEFAULT_EPISODES = 10
-RANDOM_MODEL = "random"
-"""``--model random``: the random baseline (RLMesh's ``RANDOM_SAMPLE``)."""
 PROBE_TIMEOUT = 5.0
 """Seconds a handshake that tells an env server from a model server may take."""
 CANCEL_GRACE = 1.5
@@ -352,7 +350,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         model_label = f"the model at {args.model}"
         model_address = check_address(args.model, "--model")
     else:
-        model = load_model_target(args.model)
+        model = load_model_target(args.model, run=True)
     if args.fuse_wait is not None and len(env_addresses) < 2 and (ray_envs or 0) < 2:
         raise UsageError(
             "--fuse-wait tunes how a fleet's predicts are fused (several --env addresses, "
@@ -585,7 +583,7 @@ async def _baseline(plan: _Plan, address: str) -> tuple[Any, str]:
         why = f"no --model given and {info.env_id or 'the env'} is not CartPole; {why}"
     if plan.seed is not None:
         why += f", seed {plan.seed}"
-    return RandomPolicy(info, plan.seed), f"a random policy ({why})"
+    return RandomPolicy(plan.seed), f"a random policy ({why})"
 
 
 _BASELINE_NAMES: dict[type, str] = {

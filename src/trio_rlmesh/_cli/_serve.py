@@ -58,7 +58,11 @@ def add_serve_parsers(commands: Any) -> None:
     add_env_kwargs_options(serve_env)
     serve_env.set_defaults(handler=serve_env_command)
     serve_model = commands.add_parser("serve-model", help="serve a model")
-    serve_model.add_argument("model", metavar="MODEL", help="module:attr (class or instance)")
+    serve_model.add_argument(
+        "model",
+        metavar="MODEL",
+        help="module:attr (class or instance), or 'random' (samples each env's action space)",
+    )
     serve_model.set_defaults(handler=serve_model_command)
     for sub in (serve_env, serve_model):
         sub.add_argument("--bind", default="127.0.0.1:0", help="bind address")

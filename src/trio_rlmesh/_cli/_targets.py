@@ -7,6 +7,7 @@ and what to do instead.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import os
@@ -18,6 +19,7 @@ from typing import Any
 
 from .._errors import EnvError
 from ._exit import UsageError
+from ._policies import BUILTIN_MODELS
 
 __all__ = [
     "add_env_kwargs_options",
@@ -297,12 +299,24 @@ def load_env_target(
     return value
 
 
-def load_model_target(target: str) -> Any:
-    """Resolve MODEL ``module:attr``: a class is instantiated without arguments.
+def load_model_target(target: str, *, run: bool = False) -> Any:
+    """Resolve MODEL: a built-in model's name (``random``), or ``module:attr``, where a
+    class is instantiated without arguments.
 
     Raises:
         UsageError: ``target`` cannot be loaded, or names something without a predict corner.
     """
+    builtin = BUILTIN_MODELS.get(target)
+    if builtin is not None:
+        return builtin()
+    if ":" not in target:
+        names = ", ".join(repr(name) for name in BUILTIN_MODELS)
+        form = (
+            f"module:attr, a model server address or {names}" if run else f"module:attr or {names}"
+        )
+        close = difflib.get_close_matches(target, BUILTIN_MODELS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UsageError(f"MODEL must be {form}, got {target!r}{hint}")
     model = load_object(target, "MODEL")
     if isinstance(model, type):
         try:
