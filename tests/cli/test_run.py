@@ -16,7 +16,7 @@ from trio_rlmesh._cli import main
 from trio_rlmesh._cli._run import parse_seeds
 
 from .envs import ThreadCounter
-from .models import RecordsThreads
+from .models import RecordsThreads, SeesThreads
 from .support import serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +95,23 @@ def test_run_with_seeds_writes_the_documented_report(
     assert {"env.step", "env.reset", "model.predict"} <= ops
     printed = capsys.readouterr().out
     assert "completed: 3 episodes" in printed
+
+
+@pytest.mark.parametrize("backend", ["grpclib", "trio"])
+def test_grpc_backend_chooses_how_the_run_speaks_grpc(
+    backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trio_rlmesh.transports.grpc._portal import THREAD_NAME
+
+    argv = ["run", "--env", "tests.cli.envs:Counter", "--model", "tests.cli.models:SeesThreads"]
+    out = tmp_path / "report.json"
+    code = main(
+        [*argv, "--episodes", "2", "--no-progress", "--grpc-backend", backend, "--json", str(out)]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert json.loads(out.read_text())["total_steps"] == 6
+    # grpclib runs on asyncio, in the helper thread; the trio backend needs none.
+    assert (THREAD_NAME in SeesThreads.seen) == (backend == "grpclib")
 
 
 def test_episodes_disagreeing_with_seeds_is_an_error(

@@ -49,6 +49,7 @@ from ._output import (
 from ._policies import RANDOM_MODEL, HeuristicCartPole, RandomPolicy, is_cartpole
 from ._targets import (
     add_env_kwargs_options,
+    add_grpc_backend_option,
     check_address,
     env_kwargs,
     is_address,
@@ -174,6 +175,7 @@ def add_run_parser(commands: Any) -> None:
         "thread: always on a worker thread (a call that hangs can be abandoned at its "
         "deadline or on Ctrl-C); inline: always on the event loop",
     )
+    add_grpc_backend_option(p)
     add_token_options(p, "auth token for the env and model servers")
     add_side_token_options(p)
     p.add_argument(
@@ -226,6 +228,8 @@ class _Plan:
     """``--user-code``: for the model, and for an env served here or on Ray actors."""
     fuse_wait: float = DEFAULT_FUSE_WAIT
     """``--fuse-wait``: a fleet's."""
+    grpc_backend: Literal["trio", "grpclib"] = "trio"
+    """``--grpc-backend``: how this process speaks gRPC to the servers."""
 
     @property
     def env_address(self) -> str | None:
@@ -380,6 +384,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         record=record,
         user_code=args.user_code,
         fuse_wait=DEFAULT_FUSE_WAIT if args.fuse_wait is None else args.fuse_wait,
+        grpc_backend=args.grpc_backend,
     )
 
 
@@ -478,6 +483,7 @@ async def _evaluate(
             record=plan.record,
             user_code=plan.user_code,
             fuse_wait=plan.fuse_wait,
+            grpc_backend=plan.grpc_backend,
         )
         # The bar starts below the line that says what runs (printed once connected).
         announced = None if bar is None else functools.partial(nursery.start_soon, bar.run)
@@ -574,7 +580,7 @@ async def _baseline(plan: _Plan, address: str) -> tuple[Any, str]:
     from ..protocol import read_env_contract
     from ..transports.grpc import open_env_client
 
-    async with open_env_client(address, token=plan.env_token) as client:
+    async with open_env_client(address, token=plan.env_token, backend=plan.grpc_backend) as client:
         info = read_env_contract(client.contract)
     if plan.baseline == "default" and is_cartpole(info):
         return HeuristicCartPole(), "the built-in heuristic CartPole policy (no --model given)"
@@ -618,7 +624,7 @@ async def _explain_connect_failure(error: TransportError, plan: _Plan) -> Error:
     if error.code is None:
         return error  # no gRPC answer at all: nothing else to learn from the server
     other = _OTHER[side]
-    if not await _serves(other, address, token):
+    if not await _serves(other, address, token, plan.grpc_backend):
         return error
     return UsageError(
         f"--{side} {address} is {'an' if other == 'env' else 'a'} {other} server (it answers "
@@ -637,14 +643,16 @@ def _with_message(error: TransportError, message: str) -> TransportError:
     )
 
 
-async def _serves(side: Side, address: str, token: str | None) -> bool:
+async def _serves(
+    side: Side, address: str, token: str | None, backend: Literal["trio", "grpclib"]
+) -> bool:
     """Whether the server at ``address`` completes a ``side`` handshake (or wants a token)."""
     from ..transports.grpc import open_env_client, open_model_client
 
     opener = open_env_client if side == "env" else open_model_client
     with trio.move_on_after(PROBE_TIMEOUT):
         try:
-            async with opener(address, token=token):
+            async with opener(address, token=token, backend=backend):
                 return True
         except Error as exc:
             return exc.code == "UNAUTHENTICATED"

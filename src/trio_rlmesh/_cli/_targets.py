@@ -23,6 +23,7 @@ from ._policies import BUILTIN_MODELS
 
 __all__ = [
     "add_env_kwargs_options",
+    "add_grpc_backend_option",
     "check_address",
     "check_bind_address",
     "env_kwargs",
@@ -88,6 +89,18 @@ def add_env_kwargs_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         help="one keyword argument for the env (repeatable; VALUE is JSON, else a string)",
+    )
+
+
+def add_grpc_backend_option(parser: argparse.ArgumentParser) -> None:
+    """``--grpc-backend``, shared by the servers and ``run`` (which speaks it as a client)."""
+    from ..transports.grpc import BACKENDS
+
+    parser.add_argument(
+        "--grpc-backend",
+        choices=BACKENDS,
+        default="trio",
+        help="gRPC over h2 on trio (default), or grpclib on an asyncio helper thread",
     )
 
 
