@@ -32,6 +32,7 @@ __all__ = [
     "format_endpoints",
     "format_summary",
     "plural",
+    "read_text_file",
     "write_json",
 ]
 
@@ -192,6 +193,23 @@ def check_writable(path: Path | None, option: str) -> None:
         raise UnwritableReport(f"{option} {path} cannot be written: {why}") from None
     if not existed:
         path.unlink(missing_ok=True)
+
+
+def read_text_file(path: Path, option: str) -> str:
+    """The text of the file an option names.
+
+    Raises:
+        UsageError: the file cannot be read, or is not UTF-8 text (naming the option, the
+            path and where the text goes wrong).
+    """
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {option} {path}: {file_reason(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{option} {path} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})"
+        ) from None
 
 
 def file_reason(exc: OSError) -> str:

@@ -44,6 +44,7 @@ from ._output import (
     format_endpoints,
     format_summary,
     plural,
+    read_text_file,
     write_json,
 )
 from ._policies import RANDOM_MODEL, HeuristicCartPole, RandomPolicy, is_cartpole
@@ -244,10 +245,7 @@ def read_envs_file(path: Path) -> list[str]:
     Raises:
         UsageError: the file cannot be read.
     """
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UsageError(f"--envs-file {path}: {exc.strerror or exc}") from None
+    text = read_text_file(path, "--envs-file")
     lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
     return [line for line in lines if line]
 
