@@ -11,13 +11,13 @@ import difflib
 import importlib
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
 
 from .._errors import EnvError
+from .._facade import looks_like_gymnasium_id
 from ._exit import UsageError
 from ._policies import BUILTIN_MODELS
 
@@ -34,7 +34,6 @@ __all__ = [
 ]
 
 _CORNERS = ("predict", "predict_batch", "predict_chunk", "predict_chunk_batch")
-_GYM_ID = re.compile(r"^(?:[\w.-]+/)?[\w.:-]+-v\d+$")
 _INSTALL_GYMNASIUM = "pip install 'trio-rlmesh[gymnasium]'"
 
 
@@ -290,7 +289,7 @@ def load_env_target(
     module_name, sep, rest = target.partition(":")
     if module_name == "gymnasium" and rest:
         return _gymnasium_factory(target, rest, kwargs)
-    if not sep and _GYM_ID.match(target):
+    if not sep and looks_like_gymnasium_id(target):
         raise UsageError(f"ENV must be {form}, got {target!r}; did you mean gymnasium:{target}?")
     value = load_object(target, "ENV", form)
     if isinstance(value, type) or (callable(value) and not _is_env(value)):
