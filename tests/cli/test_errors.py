@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import gymnasium
 import pytest
 import trio
@@ -328,3 +329,40 @@ async def test_unwrap_prefers_the_error_over_cancellations() -> None:
         await sleep_and_fail()
     assert unwrap(caught.value) is error
     assert describe(caught.value).exit_code == EXIT_USAGE
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--seeds", "0..3"], "drop --seeds or serve the env with autoreset disabled"),
+        (
+            ["--max-episode-steps", "5", "--episodes", "2"],
+            "--max-episode-steps / --max-episode-seconds require an env with autoreset disabled",
+        ),
+    ],
+)
+def test_errors_name_the_option_the_user_typed(
+    options: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The runtime words these for Python callers (``episode_seeds``); the CLI user typed
+    ``--seeds``. The JSON report's reason says the same."""
+    out = tmp_path / "report.json"
+    argv = ["run", "--env", "tests.cli.envs:vector", *options, "--no-progress", "--json", str(out)]
+    assert main(argv) == EXIT_USAGE
+    line = _lines(capsys.readouterr().err)[-1]
+    assert says in line
+    assert "episode_seeds" not in line
+    assert "max_episode" not in line
+    assert says in json.loads(out.read_text())["reason"]
+
+
+def test_the_api_names_the_cli_renames_are_run_options() -> None:
+    from trio_rlmesh import RunLocalOptions
+    from trio_rlmesh._cli import _parser
+    from trio_rlmesh._cli._run import API_OPTIONS
+
+    fields = {field.name for field in attrs.fields(RunLocalOptions)}
+    run = next(a for a in _parser()._actions if a.dest == "command").choices["run"]  # type: ignore[union-attr]
+    flags = {flag for action in run._actions for flag in action.option_strings}
+    assert set(API_OPTIONS) <= fields
+    assert set(API_OPTIONS.values()) <= flags

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 import trio
@@ -86,6 +86,21 @@ RECORD_CANCEL_GRACE = 15.0
 """The same for a recorded run, which also writes the episodes it counted and still queues."""
 FREEZE_TIMEOUT = 10.0
 """Seconds a process that must end at once waits for a recording's write in progress."""
+API_OPTIONS: Final = {
+    "episode_seeds": "--seeds",
+    "base_seed": "--base-seed",
+    "max_episodes": "--episodes",
+    "max_episode_steps": "--max-episode-steps",
+    "max_episode_seconds": "--max-episode-seconds",
+    "execution_horizon": "--execution-horizon",
+    "prefetch_lead": "--prefetch-lead",
+    "fuse_wait": "--fuse-wait",
+    "tolerate_endpoint_failures": "--tolerate-endpoint-failures",
+    "user_code": "--user-code",
+    "grpc_backend": "--grpc-backend",
+}
+"""The :class:`~trio_rlmesh.RunLocalOptions` fields ``run`` sets from an option, by name:
+its errors name the option instead."""
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -677,7 +692,7 @@ def run_command(args: argparse.Namespace) -> int:
             plan = _plan(args)
             report = trio.run(_evaluate, args, plan, console, interrupts)
         except Exception as exc:  # the one place a failure becomes an exit status
-            failure = describe(exc)
+            failure = describe(exc, API_OPTIONS)
             report = getattr(unwrap(exc), "report", None)
             if isinstance(unwrap(exc), UnwritableReport):
                 args.json = None  # the failed report has nowhere to go either
