@@ -151,7 +151,14 @@ def test_a_failing_model_exits_1_with_a_failed_report(
     _check_report_schema(report)
     assert report["status"] == "failed"
     assert "deliberate failure in predict" in report["reason"]
-    assert "deliberate failure in predict" in capsys.readouterr().err
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert "deliberate failure in predict" in line
+    # The env by its name on the line; the route id, which matches servers' logs, only in
+    # the report.
+    route = re.search(r"env 'CartPole-v1' \(route ([0-9a-f-]{36})\) lane 0", report["reason"])
+    assert route is not None, report["reason"]
+    assert "model 'Broken' failed on env 'CartPole-v1' lane 0: ValueError" in line
+    assert route.group(1) not in line
 
 
 @pytest.mark.parametrize("user_code", ["thread", "inline", None])

@@ -23,6 +23,7 @@ import attrs
 import trio
 
 from .._errors import Error, SpecError
+from ..model._internal import without_route_ids
 
 __all__ = [
     "EXIT_CANCELLED",
@@ -92,7 +93,8 @@ def describe(exc: BaseException, options: Mapping[str, str] | None = None) -> Fa
     * a :class:`~trio_rlmesh.SpecError` raised before the run started (a bad argument, a
       target that cannot be loaded, an option the env cannot run with): exit status 2;
     * any other :class:`~trio_rlmesh.Error` (env, model, transport, protocol, timeout):
-      exit status 1, its message as it is;
+      exit status 1, its message as it is, but for route ids (the report's ``reason``
+      keeps them);
     * anything else is unexpected: exit status 1, the exception's class and message (and
       its traceback on stderr when ``TRIO_RLMESH_DEBUG`` is set).
 
@@ -103,10 +105,12 @@ def describe(exc: BaseException, options: Mapping[str, str] | None = None) -> Fa
     cause = unwrap(exc)
     text = _in_words_of(options or {}, _one_line(str(cause)))
     reason = f"{type(cause).__name__}: {text}"
+    # The report keeps the route ids that match the servers' logs; the line for a human
+    # names envs by name only.
     if isinstance(cause, SpecError) and cause.report is None:
-        return Failure(text, EXIT_USAGE, reason)
+        return Failure(without_route_ids(text), EXIT_USAGE, reason)
     if isinstance(cause, Error):
-        return Failure(text, EXIT_FAILED, reason)
+        return Failure(without_route_ids(text), EXIT_FAILED, reason)
     if os.environ.get(DEBUG_VARIABLE):
         traceback.print_exception(cause)
         return Failure(reason, EXIT_FAILED, reason)
