@@ -131,3 +131,20 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert caught.value.code == 0
     assert capsys.readouterr().out.startswith("trio-rlmesh 0.")
+
+
+def test_each_file_written_gets_its_line(tmp_path: Path) -> None:
+    import argparse
+
+    from trio_rlmesh._cli._run import _written
+
+    dataset, videos = tmp_path / "runs" / "c-v0", tmp_path / "videos"
+    args = argparse.Namespace(json=tmp_path / "r.json", record=dataset, record_video=videos)
+    report = RuntimeReport("completed", None, "s", "e", (_episode(0, 4, 1.0, None),), 4)
+    assert _written(args, report, report_written=True) == [f"report written to {args.json}"]
+    dataset.mkdir(parents=True)
+    videos.mkdir()
+    assert _written(args, report, report_written=False) == [
+        f"dataset written to {dataset} (1 episode)",
+        f"videos written to {videos} (1 episode, one MP4 each)",
+    ]

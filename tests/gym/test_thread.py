@@ -8,8 +8,8 @@ interrupt exactly there (and before the hand-off), so the outcome does not depen
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
@@ -62,31 +62,34 @@ class _InterruptedBeforeHandOff(TrioThread[list[str]]):
         return super()._submit(job)
 
 
-def test_ctrl_c_right_after_the_hand_off_cancels_the_call() -> None:
-    runner = _InterruptedAfterHandOff(_open_log, name="test interrupted", close_timeout=5)
+@contextmanager
+def _interrupted_once(kind: type[TrioThread[list[str]]]) -> Iterator[TrioThread[list[str]]]:
+    """A runner of ``kind``, armed to raise KeyboardInterrupt in its next call; its thread
+    must end when it is closed."""
+    runner = kind(_open_log, name="test interrupted", close_timeout=5)
     try:
+        runner.armed = True  # type: ignore[attr-defined]
+        yield runner
+    finally:
+        runner.close()
+    assert not runner.thread.is_alive()
+
+
+def test_ctrl_c_right_after_the_hand_off_cancels_the_call() -> None:
+    with _interrupted_once(_InterruptedAfterHandOff) as runner:
         log = runner.resource
-        runner.armed = True
         with pytest.raises(KeyboardInterrupt):
             runner.call(_wait_until_cancelled, log)
         # The call ended (cancelled) before the interrupt went on: nothing runs unattended.
         assert log == ["started", "cancelled"]
         assert runner.call(_note, log, "next") == "next"
         assert log[-1] == "next"
-    finally:
-        runner.close()
-    assert not runner.thread.is_alive()
 
 
 def test_ctrl_c_before_the_hand_off_runs_nothing() -> None:
-    runner = _InterruptedBeforeHandOff(_open_log, name="test interrupted", close_timeout=5)
-    try:
+    with _interrupted_once(_InterruptedBeforeHandOff) as runner:
         log = runner.resource
-        runner.armed = True
         with pytest.raises(KeyboardInterrupt):
             runner.call(_note, log, "never")
         assert runner.call(_note, log, "next") == "next"
         assert log == ["next"]
-    finally:
-        runner.close()
-    assert not runner.thread.is_alive()
