@@ -79,6 +79,17 @@ def _snippets() -> list[Snippet]:
 SNIPPETS = _snippets()
 
 
+def _params() -> list[object]:
+    """The snippets as test cases; one that needs Ray starts a local Ray, so it is marked
+    ``ray`` (``nox -s ray`` runs it)."""
+    params = []
+    for snippet in SNIPPETS:
+        needs = _NEEDS.match(snippet.first_line)
+        marks = [pytest.mark.ray] if needs is not None and needs[1] == "ray" else []
+        params.append(pytest.param(snippet, id=snippet.id, marks=marks))
+    return params
+
+
 def test_the_pages_have_snippets() -> None:
     assert len(SNIPPETS) > 15
 
@@ -95,7 +106,7 @@ def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda s: s.id)
+@pytest.mark.parametrize("snippet", _params())
 def test_the_snippet_runs_as_written(snippet: Snippet, tmp_path: Path) -> None:
     needs = _NEEDS.match(snippet.first_line)
     if needs is not None:
