@@ -401,7 +401,9 @@ async def _run_fleet(
     hooks: RuntimeHooks | None,
     task_status: trio.TaskStatus[Any],
 ) -> RuntimeReport:
-    """One run over every address of ``options.env_address``: :func:`_prepare` per endpoint.
+    """One run over every address of ``options.env_address``: every endpoint opened, the
+    fleet admitted (one pair of spaces; see :class:`~trio_rlmesh.runtime._fleet.FleetRun`),
+    then :func:`_prepare` per endpoint.
 
     ``task_status.started`` receives the :class:`~trio_rlmesh.runtime._fleet.FleetRun`
     (it has ``cancel`` too) before any endpoint is opened.
@@ -423,13 +425,14 @@ async def _run_fleet(
         tolerate_endpoint_failures=options.tolerate_endpoint_failures,
     )
 
-    @asynccontextmanager
-    async def open_driver(address: str, fleet: Fleet) -> AsyncIterator[RuntimeDriver]:
-        async with _open_env(attrs.evolve(options, env_address=address)) as env:
-            yield await _prepare(env, model, options, hooks=hooks, address=address, fleet=fleet)
+    def open_endpoint(address: str) -> AbstractAsyncContextManager[_Env]:
+        return _open_env(attrs.evolve(options, env_address=address))
+
+    async def prepare(address: str, env: _Env, fleet: Fleet) -> RuntimeDriver:
+        return await _prepare(env, model, options, hooks=hooks, address=address, fleet=fleet)
 
     task_status.started(run)
-    return await run.run(open_driver)
+    return await run.run(open_endpoint, prepare)
 
 
 def _is_fleet(options: RunLocalOptions) -> bool:
