@@ -213,6 +213,8 @@ class _Env:
     workflow_edition: str
     capabilities: dict[str, str]
     component_id: str
+    gym_spec: Any = None
+    """The Gymnasium ``EnvSpec`` of an env hosted in this process (``None`` for a server)."""
 
 
 def _check_drivable(num_envs: int, subset_step: bool, options: RunLocalOptions) -> None:
@@ -262,7 +264,13 @@ async def _open_env(options: RunLocalOptions) -> AsyncIterator[_Env]:
     capabilities = {CAP_SUBSET_STEP: CAPABILITY_TRUE} if env.subset_step else {}
     try:
         yield _Env(
-            env, env.contract, env.subset_step, options.workflow_edition, capabilities, "local-env"
+            env,
+            env.contract,
+            env.subset_step,
+            options.workflow_edition,
+            capabilities,
+            "local-env",
+            gym_spec=env.gym_spec,
         )
     finally:
         with trio.CancelScope(shield=True):
@@ -455,6 +463,8 @@ def _recorded(
         base_seed=options.base_seed,
         episode_seeds=options.episode_seeds,
         session_id=options.session_id,
+        env_spec=env.gym_spec,
+        max_episode_steps=options.max_episode_steps,
     )
 
 

@@ -56,6 +56,7 @@ from ._output import (
 )
 from ._policies import HeuristicCartPole, RandomPolicy, is_cartpole
 from ._targets import (
+    GymnasiumFactory,
     add_env_kwargs_options,
     check_address,
     env_kwargs,
@@ -197,7 +198,8 @@ def add_run_parser(commands: Any) -> None:
         "--record-video",
         type=Path,
         metavar="DIR",
-        help="write one MP4 per counted episode to DIR (the env must render rgb_array)",
+        help="write one MP4 per counted episode to DIR, from rgb_array frames (a "
+        "gymnasium:<id> env is made with them; other envs must render them)",
     )
     p.set_defaults(handler=run_command)
 
@@ -333,6 +335,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
             )
         env_addresses = (check_address(env_label, "--env"),)
     else:
+        kwargs = _with_frames(args, env_label, kwargs)
         env = load_env_target(env_label, kwargs, run=True)
     ray_envs: int | None = args.ray_envs
     if ray_envs is not None:
@@ -387,6 +390,14 @@ def _plan(args: argparse.Namespace) -> _Plan:
         user_code=args.user_code,
         fuse_wait=DEFAULT_FUSE_WAIT if args.fuse_wait is None else args.fuse_wait,
     )
+
+
+def _with_frames(args: argparse.Namespace, target: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``--record-video`` on an env this command makes from a Gymnasium id: ask it for the
+    ``rgb_array`` frames a video is made of (a ``render_mode`` given stays)."""
+    if args.record_video is None or not target.startswith("gymnasium:") or "render_mode" in kwargs:
+        return kwargs
+    return {**kwargs, "render_mode": "rgb_array"}
 
 
 def _record(args: argparse.Namespace) -> RecordOptions | None:
@@ -583,11 +594,14 @@ async def _drive(plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSl
             model, label = await _baseline(plan, addresses[0])
         _announce(plan, label, addresses)
         if options.record is not None:
-            # The dataset names the model as the command line did.
+            # The dataset names the model as the command line did, and the env as this
+            # command made it (served here, so the run sees an address).
             name = plan.model_address or plan.model_label
             if plan.baseline is not None:
                 name = _BASELINE_NAMES[type(model)]
-            options = attrs.evolve(options, record=attrs.evolve(options.record, model_name=name))
+            spec = plan.env.spec if isinstance(plan.env, GymnasiumFactory) else None
+            record = attrs.evolve(options.record, model_name=name, env_spec=spec)
+            options = attrs.evolve(options, record=record)
         if plan.model_address is not None:
             slot.report = await run_remote(
                 plan.model_address,
