@@ -61,9 +61,15 @@ def _backend(value: str) -> Literal["trio", "grpclib"]:
     raise SpecError(f"grpc_backend must be 'trio' or 'grpclib', got {value!r}")
 
 
+def _is_addresses(value: Any) -> bool:
+    return (
+        isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, str) for v in value)
+    )
+
+
 def _env_target(value: Any) -> Any:
     # Several addresses make a fleet; a list of env objects stays one endpoint's lanes.
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+    if _is_addresses(value):
         addresses = tuple(value)
         for address in addresses:
             _check_env_address(address)
@@ -71,7 +77,8 @@ def _env_target(value: Any) -> Any:
                 raise SpecError(
                     f"env address {address!r} is listed twice; a fleet drives each endpoint once"
                 )
-        return addresses[0] if len(addresses) == 1 else addresses
+        # A fleet object (a tuple) keeps what it carries, its token; see __attrs_post_init__.
+        return value if isinstance(value, tuple) else addresses
     if isinstance(value, str):
         _check_env_address(value)
     return value
@@ -127,7 +134,8 @@ class RunLocalOptions:
     network; its code runs where :attr:`user_code` says). A sequence of several addresses
     is a *fleet*: one run drives them all with one model (see ``docs/fleet.md``)."""
     token: str | None = None
-    """Sent as the raw ``authorization`` header when set."""
+    """Sent as the raw ``authorization`` header when set. By default, the token of a fleet
+    object that carries one (a :class:`~trio_rlmesh.ray.RayEnvFleet` from ``env_fleet``)."""
     workflow_edition: str = WORKFLOW_EDITION
     """The edition this runtime wants; it caps the edition negotiated with the env."""
     base_seed: int | None = None
@@ -180,6 +188,15 @@ class RunLocalOptions:
     """Record the run (see :mod:`trio_rlmesh.record`): a dataset directory
     (``"runs/cartpole-eval-v0"``: every counted episode into that Minari dataset), or
     :class:`~trio_rlmesh.record.RecordOptions` for videos and more."""
+
+    def __attrs_post_init__(self) -> None:
+        target = self.env_address
+        if not _is_addresses(target):
+            return
+        if self.token is None:
+            object.__setattr__(self, "token", getattr(target, "token", None))
+        if len(target) == 1:  # one address is one endpoint, not a fleet
+            object.__setattr__(self, "env_address", target[0])
 
 
 def _model_user_code(options: RunLocalOptions) -> ServingUserCode:

@@ -372,6 +372,36 @@ async def test_a_fleet_whose_servers_serve_different_spaces_is_refused_before_an
     assert hooks.resets == 0
 
 
+def test_a_fleet_object_gives_its_token_unless_one_is_given() -> None:
+    from trio_rlmesh.ray import RayEnvFleet
+
+    fleet = RayEnvFleet(("127.0.0.1:1", "127.0.0.1:2"), (), "fleet-secret")
+    assert RunLocalOptions(fleet).token == "fleet-secret"
+    assert list(RunLocalOptions(fleet).env_address) == ["127.0.0.1:1", "127.0.0.1:2"]
+    assert RunLocalOptions(fleet, token="mine").token == "mine"
+    alone = RunLocalOptions(RayEnvFleet(("127.0.0.1:1",), (), "fleet-secret"))
+    assert (alone.env_address, alone.token) == ("127.0.0.1:1", "fleet-secret")
+    assert RunLocalOptions(["127.0.0.1:1", "127.0.0.1:2"]).token is None
+
+
+async def test_a_fleet_of_servers_that_require_its_token_runs_without_being_told() -> None:
+    from trio_rlmesh.ray import RayEnvFleet
+
+    with trio.fail_after(60):
+        async with (
+            serving(gym.make(CARTPOLE), token="t0k") as a,
+            serving(gym.make(CARTPOLE), token="t0k") as b,
+        ):
+            options = RunLocalOptions(
+                RayEnvFleet((a, b), (), "t0k"), max_episodes=4, max_episode_steps=STEPS
+            )
+            report = await run_local(BatchedBalancer(), options)
+            with pytest.raises(TransportError, match="UNAUTHENTICATED"):
+                await run_local(BatchedBalancer(), RunLocalOptions([a, b], max_episodes=1))
+    assert report.status == "completed"
+    assert len(report.episodes) == 4
+
+
 async def test_the_same_address_twice_is_refused() -> None:
     with pytest.raises(SpecError, match="listed twice"):
         RunLocalOptions(["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:1"])

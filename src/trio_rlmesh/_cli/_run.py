@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -530,7 +529,7 @@ async def _evaluate(
                 served = functools.partial(serve_env, user_code=plan.user_code)
             addresses = [await nursery.start(served, plan.env, "127.0.0.1:0")]
         options = RunLocalOptions(
-            list(addresses),
+            addresses,  # a Ray fleet brings its own token
             token=plan.env_token,
             base_seed=args.base_seed,
             episode_seeds=tuple(args.seeds or ()),
@@ -573,13 +572,12 @@ def _ray_fleet(plan: _Plan) -> AbstractAsyncContextManager[Sequence[str]]:
 
     sys.stderr.write(f"trio-rlmesh: starting {plural(plan.ray_envs or 0, 'env server')} on Ray\n")
     sys.stderr.flush()
-    # Without $RAY_ADDRESS, Ray runs on this machine: reach its servers on loopback.
-    host = None if os.environ.get("RAY_ADDRESS") else "127.0.0.1"
+    # The servers on this machine bind loopback, and each requires the fleet's own token,
+    # which the run takes from the fleet.
     return env_fleet(
         plan.env_label,
         plan.ray_envs or 0,
         env_kwargs=plan.env_kwargs,
-        host=host,
         serve_options=None if plan.user_code is None else {"user_code": plan.user_code},
     )
 
@@ -591,7 +589,7 @@ async def _drive(plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSl
         model, label = plan.model, plan.model_label
         addresses = _addresses(options.env_address)
         if plan.baseline is not None:
-            model, label = await _baseline(plan, addresses[0])
+            model, label = await _baseline(plan, addresses[0], options.token)
         _announce(plan, label, addresses)
         if options.record is not None:
             # The dataset names the model as the command line did, and the env as this
@@ -630,12 +628,12 @@ def _announce(plan: _Plan, model_label: str, addresses: Sequence[str]) -> None:
     sys.stderr.flush()
 
 
-async def _baseline(plan: _Plan, address: str) -> tuple[Any, str]:
+async def _baseline(plan: _Plan, address: str, token: str | None) -> tuple[Any, str]:
     """The policy ``--model random`` or no ``--model`` stands for, from the env's contract."""
     from ..protocol import read_env_contract
     from ..transports.grpc import open_env_client
 
-    async with open_env_client(address, token=plan.env_token) as client:
+    async with open_env_client(address, token=token) as client:
         info = read_env_contract(client.contract)
     if plan.baseline == "default" and is_cartpole(info):
         return HeuristicCartPole(), "the built-in heuristic CartPole policy (no --model given)"
