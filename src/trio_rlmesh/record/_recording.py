@@ -238,7 +238,9 @@ def for_run(
                 '\'{"render_mode": "rgb_array"}\')'
             )
     spec = record.env_spec if record.env_spec is not None else env_spec
-    if spec is not None and max_episode_steps is not None:
+    # Gymnasium's EnvSpec is a dataclass: the run's cap goes into a copy of it.
+    is_spec = dataclasses.is_dataclass(spec) and not isinstance(spec, type)
+    if is_spec and max_episode_steps is not None:
         limit = getattr(spec, "max_episode_steps", None)
         if limit is None or max_episode_steps < limit:
             spec = dataclasses.replace(spec, max_episode_steps=max_episode_steps)
