@@ -140,11 +140,12 @@ async def test_an_env_made_from_no_id_records_no_spec_and_a_given_one_is_recorde
     given = RecordOptions(
         tmp_path / "given-v0", env_spec="CartPole-v1", eval_env_spec=gym.spec("Acrobot-v1")
     )
-    async with trio.open_nursery() as nursery:
-        address = await nursery.start(serve_env, gym.make("CartPole-v1"), "127.0.0.1:0")
-        options = RunLocalOptions(address, max_episodes=1, max_episode_steps=10, record=given)
-        await run_local(Balancer(), options)
-        nursery.cancel_scope.cancel()
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            address = await nursery.start(serve_env, gym.make("CartPole-v1"), "127.0.0.1:0")
+            options = RunLocalOptions(address, max_episodes=1, max_episode_steps=10, record=given)
+            await run_local(Balancer(), options)
+            nursery.cancel_scope.cancel()
     dataset = _dataset(tmp_path / "given-v0")
     assert dataset.recover_environment().spec.id == "CartPole-v1"
     assert dataset.recover_environment(eval_env=True).spec.id == "Acrobot-v1"
