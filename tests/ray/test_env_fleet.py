@@ -8,6 +8,7 @@ fleet's servers require its token. Run by ``nox -s ray``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -148,9 +149,11 @@ async def test_actors_waiting_for_resources_in_use_time_out_saying_what_is_free(
                 TARGET, 3, {"num_cpus": 1}, start_timeout=5.0, check_resources=False
             ):
                 pytest.fail("the fleet started")
-    assert str(info.value).startswith(
-        "3 env servers on Ray did not all start within 5.0 s; each asks for {'num_cpus': 1}, "
-        "and the cluster has CPU 0 free"
+    # Two of the three hold the 2 CPUs (how much is free at that moment is Ray's timing).
+    assert re.fullmatch(
+        r"3 env servers on Ray did not all start within 5\.0 s; each asks for "
+        r"\{'num_cpus': 1\}, and the cluster has CPU [0-9.]+ free",
+        str(info.value),
     )
 
 
