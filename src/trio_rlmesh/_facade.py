@@ -62,9 +62,15 @@ def _backend(value: str) -> Literal["trio", "grpclib"]:
     raise SpecError(f"grpc_backend must be 'trio' or 'grpclib', got {value!r}")
 
 
+def _is_addresses(value: Any) -> bool:
+    return (
+        isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, str) for v in value)
+    )
+
+
 def _env_target(value: Any) -> Any:
     # Several addresses make a fleet; a list of env objects stays one endpoint's lanes.
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+    if _is_addresses(value):
         addresses = tuple(value)
         for address in addresses:
             _check_env_address(address)
@@ -72,7 +78,8 @@ def _env_target(value: Any) -> Any:
                 raise SpecError(
                     f"env address {address!r} is listed twice; a fleet drives each endpoint once"
                 )
-        return addresses[0] if len(addresses) == 1 else addresses
+        # A fleet object (a tuple) keeps what it carries, its token; see __attrs_post_init__.
+        return value if isinstance(value, tuple) else addresses
     if isinstance(value, str):
         _check_env_address(value)
     return value
@@ -149,7 +156,8 @@ class RunLocalOptions:
     network; its code runs where :attr:`user_code` says). A sequence of several addresses
     is a *fleet*: one run drives them all with one model (see ``docs/fleet.md``)."""
     token: str | None = None
-    """Sent as the raw ``authorization`` header when set."""
+    """Sent as the raw ``authorization`` header when set. By default, the token of a fleet
+    object that carries one (a :class:`~trio_rlmesh.ray.RayEnvFleet` from ``env_fleet``)."""
     workflow_edition: str = WORKFLOW_EDITION
     """The edition this runtime wants; it caps the edition negotiated with the env."""
     base_seed: int | None = None
@@ -203,6 +211,15 @@ class RunLocalOptions:
     (``"runs/cartpole-eval-v0"``: every counted episode into that Minari dataset), or
     :class:`~trio_rlmesh.record.RecordOptions` for videos and more."""
 
+    def __attrs_post_init__(self) -> None:
+        target = self.env_address
+        if not _is_addresses(target):
+            return
+        if self.token is None:
+            object.__setattr__(self, "token", getattr(target, "token", None))
+        if len(target) == 1:  # one address is one endpoint, not a fleet
+            object.__setattr__(self, "env_address", target[0])
+
 
 def _model_user_code(options: RunLocalOptions) -> ServingUserCode:
     """``options.user_code`` for the model, its default decided by where the env runs."""
@@ -235,6 +252,8 @@ class _Env:
     workflow_edition: str
     capabilities: dict[str, str]
     component_id: str
+    gym_spec: Any = None
+    """The Gymnasium ``EnvSpec`` of an env hosted in this process (``None`` for a server)."""
 
 
 def _check_drivable(num_envs: int, subset_step: bool, options: RunLocalOptions) -> None:
@@ -284,7 +303,13 @@ async def _open_env(options: RunLocalOptions) -> AsyncIterator[_Env]:
     capabilities = {CAP_SUBSET_STEP: CAPABILITY_TRUE} if env.subset_step else {}
     try:
         yield _Env(
-            env, env.contract, env.subset_step, options.workflow_edition, capabilities, "local-env"
+            env,
+            env.contract,
+            env.subset_step,
+            options.workflow_edition,
+            capabilities,
+            "local-env",
+            gym_spec=env.gym_spec,
         )
     finally:
         with trio.CancelScope(shield=True):
@@ -423,7 +448,9 @@ async def _run_fleet(
     hooks: RuntimeHooks | None,
     task_status: trio.TaskStatus[Any],
 ) -> RuntimeReport:
-    """One run over every address of ``options.env_address``: :func:`_prepare` per endpoint.
+    """One run over every address of ``options.env_address``: every endpoint opened, the
+    fleet admitted (one pair of spaces; see :class:`~trio_rlmesh.runtime._fleet.FleetRun`),
+    then :func:`_prepare` per endpoint.
 
     ``task_status.started`` receives the :class:`~trio_rlmesh.runtime._fleet.FleetRun`
     (it has ``cancel`` too) before any endpoint is opened.
@@ -445,13 +472,14 @@ async def _run_fleet(
         tolerate_endpoint_failures=options.tolerate_endpoint_failures,
     )
 
-    @asynccontextmanager
-    async def open_driver(address: str, fleet: Fleet) -> AsyncIterator[RuntimeDriver]:
-        async with _open_env(attrs.evolve(options, env_address=address)) as env:
-            yield await _prepare(env, model, options, hooks=hooks, address=address, fleet=fleet)
+    def open_endpoint(address: str) -> AbstractAsyncContextManager[_Env]:
+        return _open_env(attrs.evolve(options, env_address=address))
+
+    async def prepare(address: str, env: _Env, fleet: Fleet) -> RuntimeDriver:
+        return await _prepare(env, model, options, hooks=hooks, address=address, fleet=fleet)
 
     task_status.started(run)
-    return await run.run(open_driver)
+    return await run.run(open_endpoint, prepare)
 
 
 def _is_fleet(options: RunLocalOptions) -> bool:
@@ -474,6 +502,8 @@ def _recorded(
         base_seed=options.base_seed,
         episode_seeds=options.episode_seeds,
         session_id=options.session_id,
+        env_spec=env.gym_spec,
+        max_episode_steps=options.max_episode_steps,
     )
 
 

@@ -302,6 +302,32 @@ def test_a_fleet_with_a_dead_server_fails_or_goes_on_when_told(
     assert f"endpoint {dead}: failed" in capsys.readouterr().out
 
 
+@pytest.mark.network
+def test_a_fleet_whose_servers_differ_is_refused_before_any_episode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report_json = tmp_path / "report.json"
+    with (
+        serving(["serve-env", "gymnasium:CartPole-v1"]) as cartpole,
+        serving(["serve-env", "gymnasium:Pendulum-v1"]) as pendulum,
+    ):
+        code = main(
+            [
+                *("run", "--env", cartpole, "--env", pendulum, "--episodes", "4"),
+                *("--no-progress", "--json", str(report_json)),
+            ]
+        )
+    assert code == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("trio-rlmesh run:")]
+    assert line.startswith(
+        f"trio-rlmesh run: fleet of {cartpole}, {pendulum} refused: {pendulum} serves "
+        "observation space Box(shape=(3,), dtype=FLOAT32)"
+    )
+    report = json.loads(report_json.read_text())
+    assert (report["status"], report["episodes"]) == ("failed", [])
+    assert report["reason"].startswith("SpecError: fleet of ")
+
+
 def test_a_fleet_of_targets_or_a_bad_envs_file_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

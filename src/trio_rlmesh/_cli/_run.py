@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import os
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -49,6 +48,7 @@ from ._output import (
 )
 from ._policies import RANDOM_MODEL, HeuristicCartPole, RandomPolicy, is_cartpole
 from ._targets import (
+    GymnasiumFactory,
     add_env_kwargs_options,
     add_grpc_backend_option,
     check_address,
@@ -209,7 +209,8 @@ def add_run_parser(commands: Any) -> None:
         "--record-video",
         type=Path,
         metavar="DIR",
-        help="write one MP4 per counted episode to DIR (the env must render rgb_array)",
+        help="write one MP4 per counted episode to DIR, from rgb_array frames (a "
+        "gymnasium:<id> env is made with them; other envs must render them)",
     )
     p.set_defaults(handler=run_command)
 
@@ -344,6 +345,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
             )
         env_addresses = (check_address(env_label, "--env"),)
     else:
+        kwargs = _with_frames(args, env_label, kwargs)
         env = load_env_target(env_label, kwargs, run=True)
     ray_envs: int | None = args.ray_envs
     if ray_envs is not None:
@@ -399,6 +401,14 @@ def _plan(args: argparse.Namespace) -> _Plan:
         fuse_wait=DEFAULT_FUSE_WAIT if args.fuse_wait is None else args.fuse_wait,
         grpc_backend=args.grpc_backend,
     )
+
+
+def _with_frames(args: argparse.Namespace, target: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``--record-video`` on an env this command makes from a Gymnasium id: ask it for the
+    ``rgb_array`` frames a video is made of (a ``render_mode`` given stays)."""
+    if args.record_video is None or not target.startswith("gymnasium:") or "render_mode" in kwargs:
+        return kwargs
+    return {**kwargs, "render_mode": "rgb_array"}
 
 
 def _record(args: argparse.Namespace) -> RecordOptions | None:
@@ -482,7 +492,7 @@ async def _evaluate(
                 served = functools.partial(serve_env, user_code=plan.user_code)
             addresses = [await nursery.start(served, plan.env, "127.0.0.1:0")]
         options = RunLocalOptions(
-            list(addresses),
+            addresses,  # a Ray fleet brings its own token
             token=plan.env_token,
             base_seed=args.base_seed,
             episode_seeds=tuple(args.seeds or ()),
@@ -527,13 +537,12 @@ def _ray_fleet(plan: _Plan) -> AbstractAsyncContextManager[Sequence[str]]:
 
     sys.stderr.write(f"trio-rlmesh: starting {plural(plan.ray_envs or 0, 'env server')} on Ray\n")
     sys.stderr.flush()
-    # Without $RAY_ADDRESS, Ray runs on this machine: reach its servers on loopback.
-    host = None if os.environ.get("RAY_ADDRESS") else "127.0.0.1"
+    # The servers on this machine bind loopback, and each requires the fleet's own token,
+    # which the run takes from the fleet.
     return env_fleet(
         plan.env_label,
         plan.ray_envs or 0,
         env_kwargs=plan.env_kwargs,
-        host=host,
         serve_options=None if plan.user_code is None else {"user_code": plan.user_code},
     )
 
@@ -551,16 +560,19 @@ async def _drive(
         model, label = plan.model, plan.model_label
         addresses = _addresses(options.env_address)
         if plan.baseline is not None:
-            model, label = await _baseline(plan, addresses[0])
+            model, label = await _baseline(plan, addresses[0], options.token)
         _announce(plan, label, addresses)
         if announced is not None:
             announced()
         if options.record is not None:
-            # The dataset names the model as the command line did.
+            # The dataset names the model as the command line did, and the env as this
+            # command made it (served here, so the run sees an address).
             name = plan.model_address or plan.model_label
             if plan.baseline is not None:
                 name = _BASELINE_NAMES[type(model)]
-            options = attrs.evolve(options, record=attrs.evolve(options.record, model_name=name))
+            spec = plan.env.spec if isinstance(plan.env, GymnasiumFactory) else None
+            record = attrs.evolve(options.record, model_name=name, env_spec=spec)
+            options = attrs.evolve(options, record=record)
         if plan.model_address is not None:
             slot.report = await run_remote(
                 plan.model_address,
@@ -588,12 +600,12 @@ def _announce(plan: _Plan, model_label: str, addresses: Sequence[str]) -> None:
     sys.stderr.flush()
 
 
-async def _baseline(plan: _Plan, address: str) -> tuple[Any, str]:
+async def _baseline(plan: _Plan, address: str, token: str | None) -> tuple[Any, str]:
     """The policy ``--model random`` or no ``--model`` stands for, from the env's contract."""
     from ..protocol import read_env_contract
     from ..transports.grpc import open_env_client
 
-    async with open_env_client(address, token=plan.env_token, backend=plan.grpc_backend) as client:
+    async with open_env_client(address, token=token, backend=plan.grpc_backend) as client:
         info = read_env_contract(client.contract)
     if plan.baseline == "default" and is_cartpole(info):
         return HeuristicCartPole(), "the built-in heuristic CartPole policy (no --model given)"

@@ -22,6 +22,7 @@ from ._exit import UsageError
 from ._policies import BUILTIN_MODELS
 
 __all__ = [
+    "GymnasiumFactory",
     "add_env_kwargs_options",
     "add_grpc_backend_option",
     "check_address",
@@ -216,20 +217,42 @@ def _import_gymnasium(target: str) -> Any:
     return gymnasium
 
 
-def _gymnasium_factory(target: str, env_id: str, kwargs: Mapping[str, Any]) -> Callable[[], Any]:
-    gymnasium = _import_gymnasium(target)
-    try:
-        gymnasium.spec(env_id)
-    except gymnasium.error.Error as exc:
-        raise UsageError(f"unknown Gymnasium env {env_id!r}: {exc}") from None
+class GymnasiumFactory:
+    """What ``gymnasium:<id>`` loads to: each call makes the env, and the Gymnasium
+    ``EnvSpec`` of the last env made is kept (a recording names it, so that the dataset
+    can make the env again)."""
 
-    def make() -> Any:
+    def __init__(self, target: str, env_id: str, kwargs: Mapping[str, Any]) -> None:
+        gymnasium = _import_gymnasium(target)
         try:
-            return gymnasium.make(env_id, **kwargs)
-        except Exception as exc:
-            raise _creation_error(target, exc, kwargs) from exc
+            gymnasium.spec(env_id)
+        except gymnasium.error.Error as exc:
+            raise UsageError(f"unknown Gymnasium env {env_id!r}: {exc}") from None
+        self.target = target
+        self.env_id = env_id
+        self.kwargs = dict(kwargs)
+        self.spec: Any = None
+        """The ``EnvSpec`` of the last env made (``None`` before the first)."""
 
-    return make
+    def __call__(self) -> Any:
+        import gymnasium
+
+        if self.kwargs.get("render_mode") == "rgb_array":
+            _headless()
+        try:
+            env = gymnasium.make(self.env_id, **self.kwargs)
+        except Exception as exc:
+            raise _creation_error(self.target, exc, self.kwargs) from exc
+        self.spec = getattr(env, "spec", None)
+        return env
+
+
+def _headless() -> None:
+    """``rgb_array`` frames need no window and no sound: keep SDL (which draws Gymnasium's
+    classic-control frames, through pygame) from looking for a display or an audio device,
+    which on a machine without them only prints errors. A value the user set stays."""
+    for variable in ("SDL_VIDEODRIVER", "SDL_AUDIODRIVER"):
+        os.environ.setdefault(variable, "dummy")
 
 
 def _missing_dependency(exc: BaseException) -> bool:
@@ -288,7 +311,7 @@ def load_env_target(
     )
     module_name, sep, rest = target.partition(":")
     if module_name == "gymnasium" and rest:
-        return _gymnasium_factory(target, rest, kwargs)
+        return GymnasiumFactory(target, rest, kwargs)
     if not sep and looks_like_gymnasium_id(target):
         raise UsageError(f"ENV must be {form}, got {target!r}; did you mean gymnasium:{target}?")
     value = load_object(target, "ENV", form)
