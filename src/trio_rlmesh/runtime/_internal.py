@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._fleet import DEFAULT_FUSE_WAIT, Fleet, FleetRun
 from ._ids import mint_uuid7
 from ._pool import EpisodePool
+from ._spec import route_request
 from ._telemetry import format_telemetry
 from ._worker import (
     SERVING_USER_CODE_MODES,
@@ -37,4 +38,5 @@ __all__ = [
     "format_telemetry",
     "mint_uuid7",
     "new_worker",
+    "route_request",
 ]
