@@ -111,17 +111,13 @@ class PredictPlan:
         self,
         requests: Sequence[model_v1.PredictRequest],
         prepared: list[ModelObservation | Error],
+        groups: list[ModelObservation],
         started: int,
     ) -> None:
         self.requests = requests
         self.prepared = prepared
         """Aligned with ``requests``: the decoded group, or the request's error."""
-        first = prepared[0] if len(prepared) == 1 else None
-        self.groups: list[ModelObservation] = (
-            [first]
-            if isinstance(first, ModelObservation)
-            else [group for group in prepared if isinstance(group, ModelObservation)]
-        )
+        self.groups = groups
         """The groups the handler is asked for, in request order."""
         self.started = started
         self.decode_ns = time.perf_counter_ns() - started
@@ -309,9 +305,13 @@ class ModelHost:
         """Decode every request against its route; a request that cannot be served keeps
         its error in its place."""
         started = time.perf_counter_ns()
-        if len(requests) == 1:  # every single-lane predict: no comprehension to set up
-            return PredictPlan(requests, [self._decode(requests[0])], started)
-        return PredictPlan(requests, [self._decode(request) for request in requests], started)
+        if len(requests) == 1:  # every single-lane predict: no comprehensions to set up
+            group = self._decode(requests[0])
+            lone = [group] if isinstance(group, ModelObservation) else []
+            return PredictPlan(requests, [group], lone, started)
+        prepared = [self._decode(request) for request in requests]
+        groups = [group for group in prepared if isinstance(group, ModelObservation)]
+        return PredictPlan(requests, prepared, groups, started)
 
     @property
     def runs_inline(self) -> bool:
@@ -351,7 +351,7 @@ class ModelHost:
         encode_started = time.perf_counter_ns()
         prepared, groups, answers = plan.prepared, plan.groups, plan.answers
         results: list[model_v1.PredictResponse | Error]
-        if len(prepared) == len(groups) == len(answers) == 1:
+        if len(answers) == len(prepared) == 1:
             # A lone request, decoded and answered (every single-lane predict).
             results = [self._answer(plan.requests[0], groups[0], answers[0])]
         elif len(prepared) == len(groups) == len(answers):
