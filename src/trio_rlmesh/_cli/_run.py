@@ -622,7 +622,6 @@ _BASELINE_NAMES: dict[type, str] = {
     RandomPolicy: "trio-rlmesh random policy",
 }
 
-_CONNECTS: dict[str | None, Side] = {"env.handshake": "env", "model.connect": "model"}
 _OTHER: dict[Side, Side] = {"env": "model", "model": "env"}
 _TOKEN_SOURCES: dict[Side, str] = {
     "env": f"--env-token, --token, a --token-file or ${ENV_TOKEN_VARIABLE}/${TOKEN_VARIABLE}",
@@ -637,7 +636,10 @@ async def _explain_connect_failure(error: TransportError, plan: _Plan) -> Error:
     ``--model``, or the reverse) is told apart by a handshake on the other service; a token
     problem names the options that carry tokens.
     """
-    side = _CONNECTS.get(error.operation)
+    from ..transports.grpc._internal import handshake_operation
+
+    sides: tuple[Side, ...] = ("env", "model")
+    side = next((s for s in sides if error.operation == handshake_operation(s)), None)
     address = plan.env_address if side == "env" else plan.model_address
     if side == "env" and error.address in plan.env_addresses:
         address = error.address  # a fleet: the server that failed

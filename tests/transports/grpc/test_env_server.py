@@ -98,6 +98,7 @@ async def test_handshake_cartpole_contract(backend: BackendName, address: Where)
                 "protocol generation rlmesh-wire-v0 not compatible with server rlmesh-wire-v1"
             )
             assert wrong.env_contract is None
+            assert wrong.base.capabilities == {"subset_step": "true"}  # as RLMesh answers
 
             with pytest.raises(GrpcError) as info:
                 await env_handshake(raw, env_v1.HandshakeRequest())
