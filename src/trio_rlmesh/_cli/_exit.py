@@ -148,7 +148,8 @@ class Interrupts:
     The first signal is handed to the trio loop (:meth:`arm`'s callback, which cancels the
     run or stops the server) and starts a watchdog: if the process is still alive ``grace``
     seconds later (cleanup is stuck, or interpreter shutdown waits for a stuck worker
-    thread), it ends the process. A second signal ends it at once. Ending the process
+    thread), it ends the process (``grace=None``: it never does, as a server asked to drain
+    without a limit must not be cut short). A second signal ends it at once. Ending the process
     writes the command's last words first (:meth:`last_words`: a run's finished episodes),
     unless its normal output is already written, and exits with ``exit_code(first signal)``.
 
@@ -160,7 +161,7 @@ class Interrupts:
 
     SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, *, grace: float, exit_code: Callable[[signal.Signals], int]) -> None:
+    def __init__(self, *, grace: float | None, exit_code: Callable[[signal.Signals], int]) -> None:
         self.grace = grace
         self.received: signal.Signals | None = None
         """The first signal, once one came."""
@@ -233,14 +234,17 @@ class Interrupts:
         # Written here, not in the handler: a handler that writes could interrupt the main
         # thread in the middle of its own write to the same stream.
         name = self.received.name if self.received is not None else "the signal"
+        grace = self.grace
+        at_most = "" if grace is None else f" (at most {grace:g} s)"
         with contextlib.suppress(Exception):
             sys.stderr.write(
-                f"trio-rlmesh: stopping after {name} (at most {self.grace:g} s); "
-                "send it again to exit now\n"
+                f"trio-rlmesh: stopping after {name}{at_most}; send it again to exit now\n"
             )
             sys.stderr.flush()
-        time.sleep(self.grace)
-        self.exit_now(f"still stopping {self.grace:g} s after {name}")
+        if grace is None:
+            return
+        time.sleep(grace)
+        self.exit_now(f"still stopping {grace:g} s after {name}")
 
     def exit_now(self, why: str) -> None:
         """End the process now: last words (if still owed), then ``os._exit``."""

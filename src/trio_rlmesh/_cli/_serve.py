@@ -8,16 +8,17 @@ write it to ``--ready-file`` once serving.
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import trio
 
 from ..runtime._internal import SERVING_USER_CODE_MODES
-from ._exit import EXIT_CANCELLED, EXIT_OK, Interrupts, UsageError, describe
+from ._exit import EXIT_CANCELLED, EXIT_OK, Interrupts, describe
 from ._targets import (
     add_env_kwargs_options,
     add_grpc_backend_option,
@@ -31,6 +32,10 @@ from ._tokens import add_token_options, resolve_token
 __all__ = ["add_serve_parsers"]
 
 ServeFn = Callable[[trio.TaskStatus[str]], Awaitable[None]]
+
+SERVE_OPTIONS: Final = {"num_envs": "--num-envs", "drain_timeout": "--drain-timeout"}
+"""The ``serve_env``/``serve_model`` arguments set from an option, by name: their errors
+(the servers check them, not this module) name the option instead."""
 
 DEFAULT_DRAIN_TIMEOUT = 5.0
 STOP_MARGIN = 2.0
@@ -96,16 +101,9 @@ def serve_env_command(args: argparse.Namespace) -> int:
     from ..transports.grpc import serve_env
 
     def prepare() -> ServeFn:
-        if args.num_envs is not None and args.num_envs < 1:
-            raise UsageError(f"--num-envs must be at least 1, got {args.num_envs}")
         check_bind_address(args.bind)
         token = resolve_token(args)
         env = load_env_target(args.env, env_kwargs(args.env_kwargs, args.env_arg))
-        if args.num_envs not in (None, 1) and not callable(env):
-            raise UsageError(
-                f"--num-envs {args.num_envs} needs a gymnasium:<id>, a class or a function "
-                f"(one env per lane); ENV {args.env!r} is one env object"
-            )
 
         async def serve(task_status: trio.TaskStatus[str]) -> None:
             await serve_env(
@@ -150,22 +148,22 @@ def serve_model_command(args: argparse.Namespace) -> int:
     return _run_server(args, prepare)
 
 
-def _check_drain_timeout(args: argparse.Namespace) -> None:
-    seconds = args.drain_timeout
-    if not (seconds >= 0 and seconds != float("inf")):
-        raise UsageError(f"--drain-timeout must be 0 or more seconds, got {seconds}")
+def _grace(drain_timeout: float) -> float | None:
+    """How long a signalled server may take to stop before the process ends anyway."""
+    if drain_timeout == math.inf:
+        return None  # asked to drain without a limit: nothing cuts it short
+    # A timeout serve_* refuses (negative, NaN) never drains: the margin alone.
+    return (drain_timeout if drain_timeout >= 0 else 0.0) + STOP_MARGIN
 
 
 def _run_server(args: argparse.Namespace, prepare: Callable[[], ServeFn]) -> int:
-    grace = (args.drain_timeout if args.drain_timeout >= 0 else 0.0) + STOP_MARGIN
-    interrupts = Interrupts(grace=grace, exit_code=_exit_code)
+    interrupts = Interrupts(grace=_grace(args.drain_timeout), exit_code=_exit_code)
     with interrupts.installed():
         try:
-            _check_drain_timeout(args)
             serve = prepare()
             return trio.run(_serve, args, serve, interrupts)
         except Exception as exc:  # the one place a failure becomes an exit status
-            failure = describe(exc)
+            failure = describe(exc, SERVE_OPTIONS)
             print(f"trio-rlmesh {args.command}: {failure.message}", file=sys.stderr)
             return failure.exit_code
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._fleet import DEFAULT_FUSE_WAIT, Fleet, FleetRun
 from ._ids import mint_uuid7
 from ._pool import EpisodePool
+from ._spec import check_count, check_prefetch_lead, check_seconds_cap, check_timeout, seconds_cap
 from ._telemetry import format_telemetry
 from ._worker import (
     SERVING_USER_CODE_MODES,
@@ -32,9 +33,14 @@ __all__ = [
     "ServingUserCode",
     "UserCode",
     "WorkerUnavailable",
+    "check_count",
+    "check_prefetch_lead",
+    "check_seconds_cap",
     "check_serving_user_code",
+    "check_timeout",
     "check_user_code",
     "format_telemetry",
     "mint_uuid7",
     "new_worker",
+    "seconds_cap",
 ]

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import pytest
 import trio
 
-from trio_rlmesh import OperationTimeout, ProtocolError, TransportError
+from trio_rlmesh import OperationTimeout, ProtocolError, SpecError, TransportError
 from trio_rlmesh.protocol import PROTOCOL_GENERATION, WORKFLOW_EDITION
 from trio_rlmesh.transports.grpc import BackendName, open_env_client, open_model_client
 
@@ -161,3 +161,18 @@ async def test_nothing_listening_is_could_not_connect_on_both_sides(
                 pass
     assert info.value.operation == f"{side}.handshake"
     assert info.value.recoverable is False
+
+
+@SIDES
+@pytest.mark.parametrize("token", ["", "  "])
+async def test_a_blank_token_is_refused_before_connecting_on_both_sides(
+    side: Side, token: str, backend: BackendName, clock: object, address: Where
+) -> None:
+    """Taken for "no token" it would fail later, at a server that wants one (the rule is
+    ``check_token``'s, the servers' too)."""
+    with trio.fail_after(10):
+        async with fake(side, address) as (service, server):
+            with pytest.raises(SpecError, match="token must not be blank"):
+                async with connect(side, server.address, backend=backend, token=token):
+                    pass
+    assert service.metadata == []

@@ -65,6 +65,7 @@ from ...protocol._internal import (
     EXTRA_BUILD_SOURCE,
     EXTRA_WORKFLOW_BASE,
     EXTRA_WORKFLOW_EDITION,
+    check_token,
     highest_shared_edition,
 )
 from ._backend import Channel
@@ -230,8 +231,13 @@ def handshake_response(
 
 
 def auth_metadata(token: str | None) -> dict[str, str] | None:
-    """Client metadata carrying ``token``; ``None`` (no header at all) for no or empty token."""
-    return {AUTHORIZATION_HEADER: token} if token else None
+    """Client metadata carrying ``token``; ``None`` (no header at all) for no token.
+
+    Raises:
+        SpecError: a blank token (see :func:`~trio_rlmesh.protocol._constants.check_token`).
+    """
+    token = check_token(token)
+    return {AUTHORIZATION_HEADER: token} if token is not None else None
 
 
 # --------------------------------------------------------------------------- the client's handshake
