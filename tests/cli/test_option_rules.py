@@ -271,3 +271,22 @@ async def test_an_infinite_drain_timeout_is_no_limit_for_the_api_and_the_command
         assert server.wait(timeout=STARTUP_TIMEOUT) == 130
     finally:
         stop(server, signal.SIGKILL)
+
+
+def test_a_fleet_of_no_ray_servers_is_refused_by_the_api_and_the_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``env_fleet``'s count and ``--ray-envs`` follow one rule, checked before Ray is
+    imported; each names its own parameter."""
+    from trio_rlmesh.ray import env_fleet
+
+    async def start_fleet() -> None:
+        async with env_fleet("gymnasium:CartPole-v1", 0):
+            pass  # pragma: no cover
+
+    with pytest.raises(SpecError) as info:
+        trio.run(start_fleet)
+    assert str(info.value) == "env_fleet count must be greater than zero, got 0"
+    assert main(["run", "--ray-envs", "0", "--no-progress"]) == EXIT_USAGE
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert line == "trio-rlmesh run: --ray-envs must be greater than zero, got 0"

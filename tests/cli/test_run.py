@@ -346,7 +346,7 @@ def test_ray_envs_needs_a_target_and_ray(
     assert main(["run", "--env", "127.0.0.1:1", "--ray-envs", "2", *args]) == 2
     assert "--ray-envs serves an env target" in capsys.readouterr().err
     assert main(["run", "--ray-envs", "0", *args]) == 2
-    assert "--ray-envs must be at least 1" in capsys.readouterr().err
+    assert "--ray-envs must be greater than zero, got 0" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     assert main(["run", "--ray-envs", "2", *args]) == 2
     assert "pip install 'trio-rlmesh[ray]'" in capsys.readouterr().err

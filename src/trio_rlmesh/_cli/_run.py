@@ -23,6 +23,7 @@ from ..runtime._internal import (
     SERVING_USER_CODE_MODES,
     FleetRun,
     ServingUserCode,
+    check_count,
 )
 from ._exit import (
     EXIT_CANCELLED,
@@ -346,8 +347,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
         env = load_env_target(env_label, kwargs, run=True)
     ray_envs: int | None = args.ray_envs
     if ray_envs is not None:
-        if ray_envs < 1:
-            raise UsageError(f"--ray-envs must be at least 1 server, got {ray_envs}")
+        with _usage_errors():  # env_fleet's own rule, checked before Ray starts
+            check_count("--ray-envs", ray_envs, optional=False)
         if env_addresses:
             raise UsageError(
                 "--ray-envs serves an env target on Ray actors; "

@@ -57,8 +57,10 @@ def add_serve_parsers(commands: Any) -> None:
         default=None,
         help="lanes, one env each (gymnasium:<id>, a class or a function)",
     )
+    from ..transports.grpc._internal import AUTORESET_MODES
+
     serve_env.add_argument(
-        "--autoreset", choices=("next-step", "disabled"), default=None, help="vector envs"
+        "--autoreset", choices=tuple(AUTORESET_MODES), default=None, help="vector envs"
     )
     add_env_kwargs_options(serve_env)
     serve_env.set_defaults(handler=serve_env_command)

@@ -326,17 +326,22 @@ def _timings(submitted: int, results: list[Any]) -> tuple[int, int]:
     return plan_timings(submitted, lane_results)
 
 
+AUTORESET_MODES: Final[dict[str, core_v1.AutoresetMode]] = {
+    "next-step": core_v1.AutoresetMode.NEXT_STEP,
+    "disabled": core_v1.AutoresetMode.DISABLED,
+}
+"""What ``serve_env``'s ``autoreset`` (and ``serve-env --autoreset``) may declare."""
+
+
 def _autoreset_mode(value: AutoresetName | None) -> core_v1.AutoresetMode | None:
     if value is None:
         return None
-    modes = {
-        "next-step": core_v1.AutoresetMode.NEXT_STEP,
-        "disabled": core_v1.AutoresetMode.DISABLED,
-    }
     try:
-        return modes[value]
+        return AUTORESET_MODES[value]
     except KeyError:
-        raise ValueError(f"autoreset must be 'next-step' or 'disabled', got {value!r}") from None
+        raise ValueError(
+            f"autoreset must be one of {list(AUTORESET_MODES)}, got {value!r}"
+        ) from None
 
 
 def _remote_shutdown_env() -> bool:
