@@ -43,6 +43,8 @@ PUBLIC: dict[str, list[str]] = {
         "run_local",
         "run_remote",
     ],
+    # Placeholder until issue 21's resolver lands the surface (branch wt-i21a).
+    "trio_rlmesh.adapters": [],
     "trio_rlmesh.gym": [
         "AsyncRemoteEnv",
         "AsyncRemoteVectorEnv",

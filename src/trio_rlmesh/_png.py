@@ -1,10 +1,13 @@
-"""Decode the PNG frames env servers send in ``RenderResponse.frame`` into numpy arrays.
+"""Decode 8-bit PNG images into numpy arrays, without a dependency.
 
-Both RLMesh's servers and ours send 8-bit, non-interlaced PNGs of colour type 0 (gray), 2
-(RGB) or 6 (RGBA) (spec §6.5); RLMesh's encoder filters rows adaptively, so all five filter
-types occur. Rows filtered with None, Sub or Up are undone with numpy; Average and Paeth
-depend on the byte to their left, so they run byte by byte (a few hundred milliseconds for
-a 600×400 RGB frame in the worst case; render is not on the step path).
+Two layers use it: :mod:`trio_rlmesh.gym` for the frames env servers send in
+``RenderResponse.frame``, and :mod:`trio_rlmesh.adapters` for encoded camera observations
+when Pillow is not installed. Both RLMesh's servers and ours send 8-bit, non-interlaced PNGs
+of colour type 0 (gray), 2 (RGB) or 6 (RGBA) (spec §6.5); RLMesh's encoder filters rows
+adaptively, so all five filter types occur. Rows filtered with None, Sub or Up are undone
+with numpy; Average and Paeth depend on the byte to their left, so they run byte by byte (a
+few hundred milliseconds for a 600×400 RGB frame in the worst case; render is not on the
+step path, and the adapters prefer Pillow when it is there).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import zlib
 import numpy as np
 import numpy.typing as npt
 
-from .._errors import Error
+from ._errors import Error
 
 __all__ = ["PngError", "decode_png"]
 
