@@ -1,0 +1,440 @@
+"""Apply a plan: observations in, payloads out; model actions in, env actions out.
+
+Every function here runs a plan's decisions and nothing else: no role is matched and no rule
+checked again. Values may carry a leading lane axis (``lanes=N``: every observation leaf and
+every action has ``N`` rows, one :class:`EpisodeState` per lane) or none (``lanes=None``,
+one state); the numeric work is numpy over whole arrays either way. Only the frame windows
+and the previous-action records are per lane, as they belong to each lane's episode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._errors import ApplyError
+from ._fmt import render_placement
+from ._history import EpisodeState
+from ._image import checked_cast
+from ._plans import (
+    ActionPlan,
+    AdapterPlan,
+    ConstPiece,
+    EnvPiece,
+    FillPiece,
+    ImagePlan,
+    PreviousPiece,
+    StatePlan,
+    TextPlan,
+)
+from ._resolve import OBS_ROOT_KEY
+
+__all__ = [
+    "assemble",
+    "convert_action",
+    "lookup",
+    "observe",
+    "place",
+    "select_referenced",
+]
+
+Segments = tuple["str | int", ...]
+F32 = npt.NDArray[np.float32]
+
+
+def select_referenced(plan: AdapterPlan, obs: Any) -> dict[str, Any]:
+    """The observation entries the plan reads, under their top-level keys (``<obs>`` for a
+    non-Dict observation)."""
+    entries: Mapping[str, Any] = obs if isinstance(obs, Mapping) else {OBS_ROOT_KEY: obs}
+    return {key: entries[key] for key in plan.referenced_keys if key in entries}
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return "a tensor"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes"
+    if isinstance(value, (int, float, np.number)):
+        return "a number"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a map"
+    return type(value).__name__
+
+
+def lookup(selected: Mapping[str, Any], source: Segments) -> Any:
+    """The observation value at ``source`` (its first segment picks the top-level entry).
+
+    Raises:
+        ApplyError: the entry, a key or an index is missing, or a container has another kind.
+    """
+    first = source[0] if source else None
+    key = first if isinstance(first, str) else OBS_ROOT_KEY
+    if key not in selected:
+        available = ", ".join(f"'{k}'" for k in selected)
+        raise ApplyError(
+            f"observation is missing entry '{key}' for source '{render_placement(source)}'; "
+            f"available: [{available}]"
+        )
+    node = selected[key]
+    path = source if key == OBS_ROOT_KEY else source[1:]
+    shown = render_placement(path)
+    for segment in path:
+        if isinstance(segment, str) and isinstance(node, Mapping):
+            if segment not in node:
+                available = ", ".join(f"'{k}'" for k in node)
+                raise ApplyError(
+                    f"observation path '{shown}' is missing key '{segment}'; available: "
+                    f"[{available}]"
+                )
+            node = node[segment]
+        elif isinstance(segment, int) and isinstance(node, (list, tuple)):
+            if segment >= len(node):
+                raise ApplyError(
+                    f"observation path '{shown}' index [{segment}] is out of range (len "
+                    f"{len(node)})"
+                )
+            node = node[segment]
+        else:
+            want, at = (
+                ("a Dict", f"'{segment}'")
+                if isinstance(segment, str)
+                else (
+                    "a Tuple",
+                    f"[{segment}]",
+                )
+            )
+            raise ApplyError(
+                f"observation path '{shown}' expected {want} at {at}, got {_kind(node)}"
+            )
+    return node
+
+
+def _numeric(value: Any, lanes: int | None) -> F32:
+    """A numeric observation value as float32 rows ``(lanes, width)`` or a flat vector."""
+    if isinstance(value, Mapping):
+        if "data" not in value:
+            keys = ", ".join(f"'{k}'" for k in value)
+            raise ApplyError(
+                f"expected numeric payload mapping with a 'data' key, got keys [{keys}]"
+            )
+        return _numeric(value["data"], lanes)
+    if isinstance(value, str):
+        raise ApplyError("expected a numeric value, got text")
+    if isinstance(value, (bytes, bytearray)):
+        raise ApplyError("bytes values are only valid for image adapter inputs")
+    try:
+        array = np.asarray(value)
+        if array.dtype.kind not in "biuf":
+            raise ValueError(array.dtype)
+        array = array.astype(np.float64).astype(np.float32)
+    except (TypeError, ValueError):
+        raise ApplyError("expected a numeric value, got text") from None
+    return array.reshape(-1) if lanes is None else array.reshape(lanes, -1)
+
+
+def _state(
+    plan: StatePlan, selected: Mapping[str, Any], states: Sequence[EpisodeState], lanes: int | None
+) -> Any:
+    parts: list[F32] = []
+    lead = () if lanes is None else (lanes,)
+    for piece in plan.pieces:
+        if isinstance(piece, (FillPiece, ConstPiece)):
+            parts.append(np.full((*lead, piece.width), piece.value, np.float32))
+        elif isinstance(piece, PreviousPiece):
+            parts.append(_previous(piece, states, lanes))
+        else:
+            parts.append(_env_piece(piece, selected, lanes))
+    values = np.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
+    if plan.clip is not None:
+        values = np.clip(values, np.float32(plan.clip[0]), np.float32(plan.clip[1]))
+    width = values.shape[-1]
+    if plan.pad_to is not None:
+        if width > plan.pad_to:
+            raise ApplyError(
+                f"state for '{render_placement(plan.placement)}' has {width} dims, more than "
+                f"pad_to={plan.pad_to}"
+            )
+        if width < plan.pad_to:
+            pad = np.zeros((*lead, plan.pad_to - width), np.float32)
+            values = np.concatenate([values, pad], axis=-1)
+    out = checked_cast(values, plan.dtype)
+    if plan.reshape is not None:
+        out = out.reshape(*lead, *_reshape(plan.reshape, out.shape[-1]))
+    if plan.container == "list":
+        return out.astype(np.float64).tolist()
+    return out
+
+
+def _reshape(spec: tuple[int, ...], length: int) -> tuple[int, ...]:
+    known = 1
+    for dim in spec:
+        if dim != -1:
+            known *= dim
+    if -1 in spec:
+        if known == 0 or length % known:
+            raise ApplyError(f"cannot reshape {length} elements into {list(spec)}")
+        return tuple(length // known if d == -1 else d for d in spec)
+    if known != length:
+        raise ApplyError(f"cannot reshape {length} elements into {list(spec)}")
+    return spec
+
+
+def _env_piece(piece: EnvPiece, selected: Mapping[str, Any], lanes: int | None) -> F32:
+    values = _numeric(lookup(selected, piece.source), lanes)
+    have = values.shape[-1]
+    if piece.start is not None and piece.stop is not None:
+        if piece.stop > have:
+            raise ApplyError(
+                f"state layout field '{render_placement(piece.source)}' needs indices "
+                f"[{piece.start}, {piece.stop}) but the runtime observation has only {have} "
+                "elements"
+            )
+        values = values[..., piece.start : piece.stop]
+    elif have != piece.width:
+        raise ApplyError(
+            f"state piece '{render_placement(piece.source)}' resolved to {piece.width} dims but "
+            f"the runtime observation yields {have}"
+        )
+    if piece.convert is not None:
+        values = _convert(values, piece.convert, piece.post_rotate)
+    if piece.select is not None:
+        values = values[..., piece.select]
+    if piece.src_range is not None and piece.dst_range is not None:
+        values = _map_range(values, piece.src_range, piece.dst_range)
+    if piece.scale is not None:
+        values = values * piece.scale.astype(np.float32)
+    if piece.offset is not None:
+        values = values + piece.offset.astype(np.float32)
+    return values
+
+
+def _convert(values: F32, pair: tuple[str, str], post: Any) -> F32:
+    from ._rotation import convert_rotation  # type: ignore[import-not-found]
+
+    return np.asarray(convert_rotation(values, pair[0], pair[1], post_rotate=post), np.float32)
+
+
+def _map_range(values: F32, src: tuple[float, float], dst: tuple[float, float]) -> F32:
+    low, high = np.float32(src[0]), np.float32(src[1])
+    dst_low, dst_high = np.float32(dst[0]), np.float32(dst[1])
+    span = high - low
+    if span == 0:
+        raise ApplyError("source range for an affine map has zero width")
+    return np.asarray((values - low) / span * (dst_high - dst_low) + dst_low, np.float32)
+
+
+def _previous(piece: PreviousPiece, states: Sequence[EpisodeState], lanes: int | None) -> F32:
+    rows = []
+    for state in states:
+        action = state.previous()
+        if action is None:
+            rows.append(np.full(piece.out_width, piece.fill, np.float32))
+        else:
+            row = action[piece.start : piece.stop]
+            rows.append(row if piece.select is None else row[piece.select])
+    return rows[0] if lanes is None else np.stack(rows)
+
+
+def _image(plan: ImagePlan, selected: Mapping[str, Any], lanes: int | None) -> npt.NDArray[Any]:
+    if plan.blank is not None:
+        lead = () if lanes is None else (lanes,)
+        return plan.pipeline.finish(np.full((*lead, *plan.blank), plan.fill, np.uint8))  # type: ignore[no-any-return]
+    assert plan.source is not None
+    value = lookup(selected, plan.source)
+    if lanes is not None and isinstance(value, (list, tuple)):
+        return np.stack([plan.pipeline(frame) for frame in value])
+    if not isinstance(value, (np.ndarray, bytes, bytearray, memoryview)):
+        raise ApplyError("expected an image array observation value or encoded image bytes")
+    return plan.pipeline(value)  # type: ignore[no-any-return]
+
+
+def _stack(
+    plan: ImagePlan, frames: npt.NDArray[Any], states: Sequence[EpisodeState], lanes: int | None
+) -> npt.NDArray[Any]:
+    """Push this step's frame(s) into each lane's window; the stacked window(s)."""
+    key = render_placement(plan.placement)
+    rows = [frames] if lanes is None else list(frames)
+    out = []
+    for state, frame in zip(states, rows, strict=True):
+        window = state.push(key, frame, plan.span, plan.black)
+        out.append(np.stack([window[offset - 1] for offset in plan.offsets]))
+    return out[0] if lanes is None else np.stack(out)
+
+
+def _text(plan: TextPlan, selected: Mapping[str, Any], lanes: int | None) -> Any:
+    value: Any = None
+    if plan.source is not None:
+        try:
+            found = lookup(selected, plan.source)
+        except ApplyError:
+            found = None
+        if found is not None:
+            if lanes is None and not isinstance(found, str):
+                raise ApplyError(
+                    f"text input '{render_placement(plan.placement)}' resolved to "
+                    f"'{render_placement(plan.source)}', but {_debug_value(found)} is not a string"
+                )
+            value = found
+    if value is None:
+        if plan.fill is None:
+            return None
+        value = plan.fill if lanes is None else [plan.fill] * lanes
+    if plan.container == "list":
+        return [value] if lanes is None else [[v] for v in value]
+    return value
+
+
+def _debug_value(value: Any) -> str:
+    if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+        return f"Number({float(value)!r})"
+    return repr(value)
+
+
+def place(payload: Any, placement: Segments, value: Any) -> Any:
+    """``payload`` with ``value`` at ``placement`` (containers made on the way).
+
+    A tuple index grows its list with ``{}`` placeholders, as RLMesh's payload builder does.
+    """
+    if not placement:
+        return value
+    head, rest = placement[0], placement[1:]
+    if isinstance(head, int):
+        items = payload if isinstance(payload, list) else []
+        while len(items) <= head:
+            items.append({})
+        items[head] = place(items[head], rest, value)
+        return items
+    node = payload if isinstance(payload, dict) else {}
+    node[head] = place(node.get(head, {}), rest, value)
+    return node
+
+
+def assemble(
+    plan: AdapterPlan,
+    selected: Mapping[str, Any],
+    states: Sequence[EpisodeState],
+    lanes: int | None = None,
+    customs: Mapping[Segments, Any] | None = None,
+) -> Any:
+    """The model payload for one step (custom inputs come from ``customs``, by placement).
+
+    Counts the step in every state when the plan holds per-episode history.
+    """
+    if plan.stacked or plan.reads_previous:
+        for state in states:
+            state.tick()
+    payload: Any = None
+    for obs_plan in plan.obs:
+        if isinstance(obs_plan, ImagePlan):
+            frames = _image(obs_plan, selected, lanes)
+            value: Any = _stack(obs_plan, frames, states, lanes) if obs_plan.stack > 1 else frames
+        elif isinstance(obs_plan, StatePlan):
+            value = _state(obs_plan, selected, states, lanes)
+        elif isinstance(obs_plan, TextPlan):
+            value = _text(obs_plan, selected, lanes)
+            if value is None:
+                continue
+        else:
+            if customs is None or obs_plan.placement not in customs:
+                continue
+            value = customs[obs_plan.placement]
+        payload = place(payload, obs_plan.placement, value)
+    return {} if payload is None else payload
+
+
+def observe(
+    plan: AdapterPlan,
+    selected: Mapping[str, Any],
+    states: Sequence[EpisodeState],
+    lanes: int | None = None,
+) -> None:
+    """Count a step that predicted nothing: its frames still enter the windows."""
+    if not (plan.stacked or plan.reads_previous):
+        return
+    for state in states:
+        state.tick()
+    for image in plan.stacked:
+        _stack(image, _image(image, selected, lanes), states, lanes)
+
+
+def convert_action(
+    plan: ActionPlan,
+    action: Any,
+    states: Sequence[EpisodeState] = (),
+    lanes: int | None = None,
+) -> F32:
+    """The env action(s) for the model's output, recorded as each state's current step's
+    action when a state part reads it back."""
+    if isinstance(action, Mapping):
+        values = _numeric(action, lanes)
+    else:
+        if isinstance(action, str):
+            raise ApplyError("expected a numeric value, got text")
+        values = _numeric(action, lanes)
+    have = values.shape[-1]
+    if have != plan.in_dim:
+        raise ApplyError(f"expected {plan.in_dim}-dim model action, got shape ({have},)")
+    if plan.previous:
+        rows = [values] if lanes is None else list(values)
+        for state, row in zip(states, rows, strict=True):
+            state.record(row.copy())
+    lead = values.shape[:-1]
+    pieces: list[F32] = []
+    for segment in plan.segments:
+        if segment.fill is not None:
+            pieces.append(np.full((*lead, segment.width), segment.fill, np.float32))
+            continue
+        piece = values[..., segment.start : segment.stop]
+        if segment.convert is not None:
+            piece = _convert(piece, segment.convert, None)
+        if segment.src_range is not None and segment.dst_range is not None:
+            piece = _map_range(piece, segment.src_range, segment.dst_range)
+        piece = _corrections(
+            piece,
+            segment.model_scale,
+            segment.model_offset,
+            segment.model_invert,
+            segment.model_threshold,
+        )
+        if segment.select is not None:
+            piece = piece[..., segment.select]
+        piece = _corrections(
+            piece, segment.scale, segment.offset, segment.invert, segment.threshold
+        )
+        if segment.binarize:
+            snapped = np.where(piece >= 0, np.float32(1.0), np.float32(-1.0))
+            if segment.threshold is None:
+                snapped = np.where(piece == 0, piece, snapped)
+            piece = snapped.astype(np.float32)
+        if segment.clip is not None:
+            piece = np.clip(piece, np.float32(segment.clip[0]), np.float32(segment.clip[1]))
+        pieces.append(piece)
+    out = np.concatenate(pieces, axis=-1) if len(pieces) > 1 else pieces[0]
+    if plan.clip is not None:
+        out = np.clip(out, np.float32(plan.clip[0]), np.float32(plan.clip[1]))
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def _corrections(
+    piece: F32,
+    scale: npt.NDArray[np.float64] | None,
+    offset: npt.NDArray[np.float64] | None,
+    invert: bool,
+    threshold: float | None,
+) -> F32:
+    if scale is not None:
+        piece = piece * scale.astype(np.float32)
+    if offset is not None:
+        piece = piece + offset.astype(np.float32)
+    if invert:
+        piece = -piece
+    if threshold is not None:
+        piece = piece - np.float32(threshold)
+    return piece
