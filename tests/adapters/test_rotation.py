@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import doctest
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -235,3 +236,118 @@ def test_docstring_examples() -> None:
     result = doctest.testmod(_rotation, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0
+
+
+# --- against RLMesh 0.1.0 (interop session) -----------------------------------------------
+
+TARGETS = list(ROTATION_DIMS)
+
+
+@pytest.fixture
+def rlmesh_adapters() -> Any:
+    return pytest.importorskip("rlmesh.adapters")
+
+
+def _wheel_state(adapt: Any, source: str, target: str, post: Any = None) -> Any:
+    """RLMesh's adapter reading an env rotation ``rot`` into a model state part ``s``."""
+    gym = pytest.importorskip("gymnasium")
+    observation = gym.spaces.Dict(
+        {"rot": gym.spaces.Box(-np.inf, np.inf, (ROTATION_DIMS[source],), np.float32)}
+    )
+    gripper = adapt.Action(adapt.Actuator(adapt.ACTION_GRIPPER, 1))
+    tags = adapt.EnvTags(
+        observation={"rot": adapt.StateTag(adapt.EEF_ROT, encoding=source)}, action=gripper
+    )
+    extra = {} if post is None else {"post_rotate": post}
+    spec = adapt.ModelSpec(
+        input={"s": adapt.State(adapt.EEF_ROT, encoding=target, **extra)}, output=gripper
+    )
+    return adapt.resolve(tags, observation, gym.spaces.Box(-1, 1, (1,), np.float32), spec)
+
+
+def _wheel_action(adapt: Any, model: str, env: str) -> Any:
+    """RLMesh's adapter turning a model rotation actuator into the env's encoding."""
+    gym = pytest.importorskip("gymnasium")
+    observation = gym.spaces.Dict({"g": gym.spaces.Box(-1, 1, (1,), np.float32)})
+    action = gym.spaces.Box(-np.inf, np.inf, (ROTATION_DIMS[env],), np.float32)
+    tags = adapt.EnvTags(
+        observation={"g": adapt.StateTag(adapt.GRIPPER_POS)},
+        action=adapt.Action(adapt.Actuator(adapt.ACTION_EEF_ROT, ROTATION_DIMS[env], encoding=env)),
+    )
+    spec = adapt.ModelSpec(
+        input={"s": adapt.State(adapt.GRIPPER_POS)},
+        output=adapt.Action(
+            adapt.Actuator(adapt.ACTION_EEF_ROT, ROTATION_DIMS[model], encoding=model)
+        ),
+    )
+    return adapt.resolve(tags, observation, action, spec)
+
+
+def _random(encoding: str, count: int, seed: int) -> np.ndarray:
+    """Random rotations in ``encoding``, unnormalized where the encoding allows, plus the
+    awkward ones: zero, half turns, gimbal lock, a degenerate 6D pair."""
+    rng = np.random.default_rng(seed)
+    width = ROTATION_DIMS[encoding]
+    if encoding == "axis_angle":
+        values = rng.normal(size=(count, 3)) * 1.5
+        special = [[math.pi, 0, 0], [0, 0, -math.pi], [1e-9, 0, 0], [3, 3, 3]]
+    elif encoding == "euler_xyz":
+        values = rng.uniform(-3.2, 3.2, size=(count, 3))
+        special = [[0.3, math.pi / 2, 1.1], [0.3, -math.pi / 2, 1.1], [math.pi, 0, 0]]
+    elif encoding.startswith("quat"):
+        values = rng.normal(size=(count, 4))
+        special = [[0, 0, 0, 1], [1, 0, 0, 0], [0, 0, 0, -1], [0.5, 0.5, 0.5, -0.5]]
+    else:
+        values = rng.normal(size=(count, 6))
+        special = [[1, 0, 0, 0, -1, 0], [1, 0, 0, 1, 0, 0], [2, 0, 0, 0, 3, 0]]
+    return np.concatenate([values, np.zeros((1, width)), np.array(special)]).astype(np.float32)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("source", ROTATIONS)
+def test_state_conversions_match_rlmesh(rlmesh_adapters: Any, source: str) -> None:
+    values = _random(source, 120, len(source))
+    for target in TARGETS:
+        wheel = _wheel_state(rlmesh_adapters, source, target)
+        theirs = np.stack([wheel.transform_obs({"rot": value})["s"] for value in values])
+        batch = convert_rotation(values, source, target)
+        one_by_one = np.stack([convert_rotation(value, source, target) for value in values])
+        np.testing.assert_allclose(batch, theirs, rtol=0, atol=1e-6, err_msg=target)
+        np.testing.assert_array_equal(one_by_one, batch, err_msg=target)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(
+    ("encoding", "value"),
+    [
+        ("rot6d", (0.95533649, 0.0, -0.29552021, 0.0, 1.0, 0.0)),
+        ("quat_wxyz", (math.cos(0.4), 0.0, math.sin(0.4), 0.0)),
+        ("axis_angle", (0.0, 0.0, 0.7)),
+        ("euler_xyz", (0.1, 0.2, 0.3)),
+    ],
+)
+def test_post_rotate_matches_rlmesh(
+    rlmesh_adapters: Any, encoding: str, value: tuple[float, ...]
+) -> None:
+    post = rlmesh_adapters.Rotation(encoding=encoding, value=value)
+    matrix = rotation_matrix(encoding, value)
+    for source in ROTATIONS:
+        values = _random(source, 30, 3)
+        for target in TARGETS:
+            wheel = _wheel_state(rlmesh_adapters, source, target, post)
+            theirs = np.stack([wheel.transform_obs({"rot": value})["s"] for value in values])
+            ours = RotationConversion(source, target, matrix)(values)
+            np.testing.assert_allclose(
+                ours, theirs, rtol=0, atol=1e-6, err_msg=f"{source}->{target}"
+            )
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("model", ROTATIONS)
+def test_action_conversions_match_rlmesh(rlmesh_adapters: Any, model: str) -> None:
+    values = _random(model, 40, 11)
+    for env in ROTATIONS:
+        wheel = _wheel_action(rlmesh_adapters, model, env)
+        theirs = np.stack([wheel.transform_action(value) for value in values])
+        ours = convert_rotation(values, model, env)
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-6, err_msg=env)
