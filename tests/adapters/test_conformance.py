@@ -77,11 +77,6 @@ def resolve_case(case: dict[str, Any]) -> adapt.Adapter:
     )
 
 
-def _needs_rotations(case: dict[str, Any]) -> bool:
-    text = json.dumps(case)
-    return any(name in text for name in ('"rot6d"', "rot6d_rowmajor", "quat_", "axis_angle"))
-
-
 @pytest.mark.parametrize("name", _case_names())
 def test_vector(name: str) -> None:
     case = load(name)
@@ -100,8 +95,6 @@ def test_vector(name: str) -> None:
     if kind == "resolve":
         assert adapter.explain() == expect["describe"] + WHEEL_DESCRIBE.get(name, "")
         return
-    if _needs_rotations(case):
-        pytest.importorskip("trio_rlmesh.adapters._rotation")
     atol = expect.get("atol", 1e-6)
     assert_matches(adapter.transform_obs(decode(case["observation"])), expect["payload"], atol)
     assert_matches(adapter.transform_action(decode(case["model_output"])), expect["action"], atol)

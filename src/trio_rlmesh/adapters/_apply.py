@@ -146,7 +146,7 @@ def _state(
     lead = () if lanes is None else (lanes,)
     for piece in plan.pieces:
         if isinstance(piece, (FillPiece, ConstPiece)):
-            parts.append(np.full((*lead, piece.width), piece.value, np.float32))
+            parts.append(np.broadcast_to(np.float32(piece.value), (*lead, piece.width)))
         elif isinstance(piece, PreviousPiece):
             parts.append(_previous(piece, states, lanes))
         else:
@@ -203,7 +203,7 @@ def _env_piece(piece: EnvPiece, selected: Mapping[str, Any], lanes: int | None) 
             f"the runtime observation yields {have}"
         )
     if piece.convert is not None:
-        values = _convert(values, piece.convert, piece.post_rotate)
+        values = piece.convert(values)
     if piece.select is not None:
         values = values[..., piece.select]
     if piece.src_range is not None and piece.dst_range is not None:
@@ -213,12 +213,6 @@ def _env_piece(piece: EnvPiece, selected: Mapping[str, Any], lanes: int | None) 
     if piece.offset is not None:
         values = values + piece.offset.astype(np.float32)
     return values
-
-
-def _convert(values: F32, pair: tuple[str, str], post: Any) -> F32:
-    from ._rotation import convert_rotation  # type: ignore[import-not-found]
-
-    return np.asarray(convert_rotation(values, pair[0], pair[1], post_rotate=post), np.float32)
 
 
 def _map_range(values: F32, src: tuple[float, float], dst: tuple[float, float]) -> F32:
@@ -263,7 +257,8 @@ def _stack(
     rows = [frames] if lanes is None else list(frames)
     out = []
     for state, frame in zip(states, rows, strict=True):
-        window = state.push(key, frame, plan.span, plan.black)
+        pad = plan.black() if plan.pad_black and key not in state.windows else None
+        window = state.push(key, frame, plan.span, pad)
         out.append(np.stack([window[offset - 1] for offset in plan.offsets]))
     return out[0] if lanes is None else np.stack(out)
 
@@ -393,7 +388,7 @@ def convert_action(
             continue
         piece = values[..., segment.start : segment.stop]
         if segment.convert is not None:
-            piece = _convert(piece, segment.convert, None)
+            piece = segment.convert(piece)
         if segment.src_range is not None and segment.dst_range is not None:
             piece = _map_range(piece, segment.src_range, segment.dst_range)
         piece = _corrections(

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._advice import Advisory
+from ._rotation import RotationConversion
 
 __all__ = [
     "ActionPlan",
@@ -52,9 +53,11 @@ class ImagePlan:
     stack: int
     offsets: tuple[int, ...]
     """Frame offsets of the window, oldest first, ending at 0 (``(0,)`` without a stack)."""
-    black: npt.NDArray[Any] | None
-    """The frame an early window is padded with (a raw black frame through the pipeline), or
-    ``None`` to pad with the episode's first frame."""
+    pad_black: bool
+    """Pad an episode's early window with a raw black frame pushed through the pipeline
+    (else with the episode's first frame)."""
+    env_shape: tuple[int, int, int] | None
+    """The env frame's shape, in its own layout (``None`` for a fill frame)."""
     frame_bytes: int
     """Bytes of one processed frame (0 when the env camera size is unknown)."""
     describe: str
@@ -63,6 +66,13 @@ class ImagePlan:
     part_note: str | None = None
     fit: str = "stretch"
     resized: bool = False
+
+    def black(self) -> npt.NDArray[Any]:
+        """A raw 8-bit black frame, processed like a real one."""
+        if self.blank is not None:
+            return self.pipeline.finish(np.zeros(self.blank, np.uint8))  # type: ignore[no-any-return]
+        assert self.env_shape is not None
+        return self.pipeline(np.zeros(self.env_shape, np.uint8))  # type: ignore[no-any-return]
 
     @property
     def span(self) -> int:
@@ -80,10 +90,8 @@ class EnvPiece:
     stop: int | None
     width: int
     """Elements the env leaf (or field) holds."""
-    convert: tuple[str, str] | None
-    """``(env encoding, model encoding)`` when the rotation is re-encoded."""
-    post_rotate: FloatArray | None
-    """A 3x3 matrix right-multiplied onto the env rotation before re-encoding."""
+    convert: RotationConversion | None
+    """The rotation re-encoding (and ``post_rotate``), when there is one."""
     select: npt.NDArray[np.intp] | None
     """Indices taken after conversion (a label permutation, an index, a leading dim)."""
     src_range: tuple[float, float] | None
@@ -95,10 +103,10 @@ class EnvPiece:
 
 @attrs.frozen
 class FillPiece:
-    """An optional part the env lacks: ``width`` copies of ``value``."""
+    """An optional part the env lacks: its fill (through the part's scale and offset)."""
 
     width: int
-    value: float
+    value: npt.NDArray[np.float32]
 
 
 @attrs.frozen
@@ -138,6 +146,8 @@ class StatePlan:
     dtype: str
     reshape: tuple[int, ...] | None
     container: str
+    filled: int
+    """How many optional parts the env lacks (filled instead)."""
     describe: str
 
     @property
@@ -183,7 +193,7 @@ class ActionSegment:
     start: int = 0
     stop: int = 0
     select: npt.NDArray[np.intp] | None = None
-    convert: tuple[str, str] | None = None
+    convert: RotationConversion | None = None
     src_range: tuple[float, float] | None = None
     dst_range: tuple[float, float] | None = None
     model_scale: FloatArray | None = None
@@ -218,15 +228,17 @@ class AdapterPlan:
     action: ActionPlan
     resolve_advisories: tuple[Advisory, ...]
     """Notes raised while resolving (also listed under ``dropped:`` in ``explain()``)."""
-    join_advisories: tuple[Advisory, ...]
-    plan_advisories: tuple[Advisory, ...]
+    notes: tuple[Advisory, ...]
+    """The env's own hints and the bindings' notes, sorted by message."""
+    data_loss: tuple[Advisory, ...]
+    """Per input, data the model will not see as the env sent it (in input order)."""
     referenced_keys: tuple[str, ...]
     """Top-level observation keys the plans read (``<obs>`` for a non-Dict observation)."""
 
     @property
     def advisories(self) -> tuple[Advisory, ...]:
         """Every advisory: resolve-time, then the env's own, then the data-loss notes."""
-        return self.resolve_advisories + self.join_advisories + self.plan_advisories
+        return self.resolve_advisories + self.notes + self.data_loss
 
     @property
     def images(self) -> tuple[ImagePlan, ...]:

@@ -42,7 +42,7 @@ def leaves(node: Any, at: Segments = ()) -> Iterator[tuple[Segments, Any]]:
             yield from leaves(child, (*at, key))
 
 
-def _plan_text(leaf: Mapping[str, Any], at: Segments, env: EnvFeatures) -> TextPlan:
+def _plan_text(leaf: Mapping[str, Any], at: Segments, env: EnvFeatures, notes: Notes) -> TextPlan:
     role: str = leaf["role"]
     source = next((t.source for t in env.texts if t.role == role), None)
     fill: str | None = leaf["fill"]
@@ -51,8 +51,9 @@ def _plan_text(leaf: Mapping[str, Any], at: Segments, env: EnvFeatures) -> TextP
         if fill is None:
             fail(
                 f"model input {where(at)} needs text role {quoted(role)} but the env offers "
-                f"{offers(t.role for t in env.texts)} and no fill is set"
+                f"{offers((t.role, None, None) for t in env.texts)} and no fill is set"
             )
+        notes.ad_hoc_fill(role, (t.role for t in env.texts))
         text = f"fill {quoted(fill)}"
     else:
         text = quoted(render_placement(source))
@@ -149,7 +150,7 @@ def resolve_documents(
         elif kind == "state":
             plans.append(plan_state(leaf, at, env, outputs, notes))
         elif kind == "text":
-            plans.append(_plan_text(leaf, at, env))
+            plans.append(_plan_text(leaf, at, env, notes))
         else:
             plans.append(CustomPlan(at, customs[at], f"{where(at)} <- custom transform"))
     previous_keys = {
@@ -176,10 +177,8 @@ def resolve_documents(
         obs=tuple(plans),
         action=action_plan,
         resolve_advisories=tuple(resolve_notes),
-        join_advisories=env.advisories,
-        plan_advisories=tuple(sorted(notes.checks, key=lambda a: a.message))
-        + tuple(notes.plan)
-        + tuple(_data_loss(plans)),
+        notes=tuple(sorted([*env.advisories, *notes.checks], key=lambda a: a.message)),
+        data_loss=(*_data_loss(plans), *notes.fabricated),
         referenced_keys=_referenced(plans),
     )
 
@@ -187,9 +186,14 @@ def resolve_documents(
 def _data_loss(plans: list[ObsPlan]) -> Iterator[Advisory]:
     """The per-input notes of data the model will not see as the env sent it."""
     for plan in plans:
+        at = where(plan.placement)
+        if isinstance(plan, StatePlan) and plan.filled:
+            yield Advisory(
+                "caution",
+                f"state {at}: {plan.filled} component(s) zero-filled for an absent env role",
+            )
         if not isinstance(plan, ImagePlan):
             continue
-        at = where(plan.placement)
         if plan.blank is not None:
             yield Advisory(
                 "caution",

@@ -12,6 +12,7 @@ from ._fmt import debug_float, display_float, quoted, quoted_list
 from ._join import EnvActuator
 from ._plans import ActionPlan, ActionSegment
 from ._resolve_common import Notes, fail, identity, offers
+from ._rotation import RotationConversion
 from ._vocab import ROTATION_DIMS, fixed_dim
 
 __all__ = ["plan_action"]
@@ -82,24 +83,36 @@ def _axis(
     return np.asarray(axis, dtype=np.float64)
 
 
-def _terms(actuator: Actuator, labels: Sequence[str] | None, fmt: Any) -> list[str]:
-    out: list[str] = []
-    for name, sign in (("scale", "*"), ("offset", "+")):
-        value = actuator.get(name)
-        if value is not None:
-            shown = fmt(float(value))
-            out.append(f"{sign}{shown}" if sign == "*" or shown.startswith("-") else f"+{shown}")
-    for name, sign in (("axis_scale", "*"), ("axis_offset", "+")):
-        values = actuator.get(name)
-        if values is not None:
-            if labels is not None and len(labels) == len(values):
-                items = [
-                    f"{label}:{debug_float(v)}" for label, v in zip(labels, values, strict=True)
-                ]
-            else:
-                items = [debug_float(v) for v in values]
-            out.append(f"{sign}[{','.join(items)}]")
-    return out
+def _axis_term(sign: str, values: Sequence[float], labels: Sequence[str] | None) -> str:
+    if labels is not None and len(labels) == len(values):
+        items = [f"{label}:{debug_float(v)}" for label, v in zip(labels, values, strict=True)]
+    else:
+        items = [debug_float(v) for v in values]
+    return f"{sign}[{','.join(items)}]"
+
+
+def _model_terms(actuator: Actuator, labels: Sequence[str] | None) -> list[str]:
+    terms: list[str] = []
+    if actuator.get("axis_scale") is not None:
+        terms.append(_axis_term("*", actuator["axis_scale"], labels))
+    if actuator.get("offset") is not None:
+        terms.append(f"+{debug_float(float(actuator['offset']))}")
+    if actuator.get("axis_offset") is not None:
+        terms.append(_axis_term("+", actuator["axis_offset"], labels))
+    return terms
+
+
+def _env_terms(actuator: Actuator, labels: Sequence[str] | None) -> list[str]:
+    terms: list[str] = []
+    if actuator.get("scale") is not None:
+        terms.append(f"*{display_float(float(actuator['scale']))}")
+    if actuator.get("axis_scale") is not None:
+        terms.append(_axis_term("*", actuator["axis_scale"], labels))
+    if actuator.get("offset") is not None:
+        terms.append(f"+{debug_float(float(actuator['offset']))}")
+    if actuator.get("axis_offset") is not None:
+        terms.append(_axis_term("+", actuator["axis_offset"], labels))
+    return terms
 
 
 def _permutation(
@@ -201,8 +214,9 @@ def plan_action(
                 lines.append(
                     f"{quoted(role)} <- fill {display_float(fill)} ({width}d; model did not "
                     "output this optional role)"
+                    + ("" if env.get("part") is None else f"#{env['part']}")
                 )
-                notes.plan.append(
+                notes.fabricated.append(
                     Advisory(
                         "caution",
                         f"action {quoted(role)}: the model does not output this optional role; "
@@ -211,11 +225,12 @@ def plan_action(
                 )
                 continue
             wanted = "" if env.get("part") is None else f" (part {quoted(env['part'])})"
-            outputs = offers(identity(r, p) for r, p in slots)
+            outputs = offers((r, p, None) for r, p in slots)
             fail(
                 f"env action needs role {quoted(role)}{wanted} but the model only outputs {outputs}"
             )
         start, mine = slot
+        select = _permutation(mine, env, role)
         _check_dims(mine, env, role)
         if mine.get("clip"):
             fail(
@@ -236,7 +251,6 @@ def plan_action(
                     "declared"
                 )
             clip = env_actuator.range
-        select = _permutation(mine, env, role)
         src_enc, dst_enc = _base(mine["encoding"]), _base(env["encoding"])
         model_range, env_range = _pair(mine["range"]), env_actuator.range
         same = model_range == env_range
@@ -257,7 +271,9 @@ def plan_action(
             start=start,
             stop=start + model_width,
             select=select,
-            convert=(src_enc, dst_enc) if src_enc and dst_enc and src_enc != dst_enc else None,
+            convert=RotationConversion(src_enc, dst_enc)
+            if src_enc and dst_enc and src_enc != dst_enc
+            else None,
             src_range=None if same else model_range,
             dst_range=None if same else env_range,
             model_scale=_axis(mine, "scale", model_width),
@@ -274,8 +290,6 @@ def plan_action(
         segments.append(segment)
         suffix = _check_facts(mine, env, role, notes)
         line = f"{quoted(role)} <- model[{start}:{start + model_width}]"
-        if select is not None:
-            line += f" perm[{','.join(str(i) for i in select)}]"
         if segment.convert is not None:
             line += f" ({src_enc}->{dst_enc})"
         if segment.src_range is not None and segment.dst_range is not None:
@@ -284,14 +298,15 @@ def plan_action(
                 f" (range ({debug_float(src[0])}, {debug_float(src[1])})->"
                 f"({debug_float(dst[0])}, {debug_float(dst[1])}))"
             )
-        model_terms = _terms(mine, mine.get("labels"), debug_float)
-        if mine.get("invert"):
-            model_terms.append("invert")
-        if mine.get("threshold") is not None:
-            model_terms.append(f"-{display_float(float(mine['threshold']))}")
+        # RLMesh shows the model side's per-axis scale and its offset (not its scalar scale,
+        # invert or threshold, which it applies all the same).
+        model_labels = mine.get("labels") or env.get("labels")
+        model_terms = _model_terms(mine, model_labels)
         if model_terms:
             line += f" (model {' '.join(model_terms)})"
-        for term in _terms(env, env.get("labels"), display_float):
+        if select is not None:
+            line += f" perm[{','.join(str(i) for i in select)}]"
+        for term in _env_terms(env, env.get("labels")):
             line += f" ({term})"
         if env.get("invert"):
             line += " (invert)"
@@ -300,6 +315,10 @@ def plan_action(
         if binarize:
             line += " (sign)"
         lines.append(line + suffix)
+    env_roles = [a.role for a in env_actuators]
+    for role, part in slots:
+        if (role, part) not in seen:
+            notes.ad_hoc_fill(role, env_roles)
     if env_clip is not None:
         lines.append(f"clip to ({debug_float(env_clip[0])}, {debug_float(env_clip[1])})")
     previous = tuple(

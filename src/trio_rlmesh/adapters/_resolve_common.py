@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import attrs
 
@@ -44,8 +44,40 @@ def identity(role: str, *qualifiers: str | None) -> str:
     return "#".join([role, *(q for q in qualifiers if q is not None)])
 
 
-def offers(keys: Iterable[str]) -> str:
-    return quoted_list(sorted(set(keys)))
+def offers(identities: Iterable[tuple[str, str | None, str | None]]) -> str:
+    """The env's (or model's) leaves as a message lists them: sorted by role, then part, then
+    provenance (unset first), each as ``role#part#provenance``."""
+    ordered = sorted(
+        set(identities),
+        key=lambda i: (i[0], i[1] is not None, i[1] or "", i[2] is not None, i[2] or ""),
+    )
+    return quoted_list([identity(*i) for i in ordered])
+
+
+T = TypeVar("T")
+
+
+def by_part(
+    candidates: Sequence[T],
+    part_of: Callable[[T], str | None],
+    want: str | None,
+    ambiguous: Callable[[list[str]], str],
+) -> tuple[list[T], str | None]:
+    """The candidates a (role, part) reference may bind, and the part bound implicitly.
+
+    A named part binds only that part. No part prefers the leaves declared without one;
+    failing those, the role's only part (reported back, for an advisory); several parts are
+    ambiguous (``ambiguous(parts)`` is the message).
+    """
+    if want is not None:
+        return [c for c in candidates if part_of(c) == want], None
+    plain = [c for c in candidates if part_of(c) is None]
+    if plain or not candidates:
+        return plain, None
+    parts = sorted({p for p in map(part_of, candidates) if p is not None})
+    if len(parts) > 1:
+        fail(ambiguous(parts))
+    return list(candidates), parts[0]
 
 
 def kind_of_role_error(role: str) -> str | None:
@@ -82,12 +114,13 @@ class Notes:
     resolve: list[Advisory] = attrs.Factory(list)
     """Listed under ``dropped:`` and first among the advisories."""
     checks: list[Advisory] = attrs.Factory(list)
-    """Declarations the env cannot confirm (a frame, a provenance, a reference)."""
-    plan: list[Advisory] = attrs.Factory(list)
-    """The per-input notes (binding hints, unverifiable declarations)."""
+    """Binding notes: a part bound implicitly, a declaration the env cannot confirm."""
+    fabricated: list[Advisory] = attrs.Factory(list)
+    """Env action dims the model does not drive (listed last)."""
 
-    def ad_hoc_fill(self, role: str) -> None:
-        if not is_sanctioned(role):
+    def ad_hoc_fill(self, role: str, env_roles: Iterable[str | None]) -> None:
+        """Note an ad-hoc role the env lacks altogether (it matches only the exact string)."""
+        if not is_sanctioned(role) and role not in set(env_roles):
             self.resolve.append(
                 Advisory(
                     "info",

@@ -15,7 +15,7 @@ from ._fmt import display_float, quoted, quoted_list, render_placement
 from ._image import DTYPES, ImagePipeline, crop_size
 from ._join import EnvFeatures, EnvImage
 from ._plans import ImagePlan
-from ._resolve_common import Notes, fail, identity, offers, refuse_unknown_kind, where
+from ._resolve_common import Notes, by_part, fail, offers, refuse_unknown_kind, where
 from ._vocab import FIT_MODES, MAX_STACK_SPAN, RESAMPLES, is_sanctioned
 
 __all__ = ["plan_image"]
@@ -30,22 +30,23 @@ def _bind(
     role: str = leaf["role"]
     part: str | None = leaf.get("part")
     images = env.images
-    candidates = [i for i in images if i.role == role]
-    if part is not None:
-        candidates = [i for i in candidates if i.part == part]
-    elif len({i.part for i in candidates}) > 1:
-        fail(
+    candidates, implicit = by_part(
+        [i for i in images if i.role == role],
+        lambda i: i.part,
+        part,
+        lambda parts: (
             f"model input {where(at)} needs image role {quoted(role)} but the env declares it "
-            f"under parts {quoted_list(sorted(i.part or '' for i in candidates))}; declare part="
-        )
+            f"under parts {quoted_list(parts)}; declare part="
+        ),
+    )
     if candidates:
         bound = candidates[0]
-        if part is None and bound.part is not None:
-            notes.plan.append(
+        if implicit is not None:
+            notes.checks.append(
                 Advisory(
                     "info",
                     f"model input {where(at)}: image role {quoted(role)} declares no part and "
-                    f"the env declares it only under part {quoted(bound.part)}; bound to that "
+                    f"the env declares it only under part {quoted(implicit)}; bound to that "
                     "leaf (declare part= to pin it)",
                 )
             )
@@ -56,12 +57,12 @@ def _bind(
     if part is None and not leaf.get("optional") and len(images) == 1 and is_sanctioned(role):
         return images[0], (role, images[0].role)
     if leaf.get("optional"):
-        notes.ad_hoc_fill(role)
+        notes.ad_hoc_fill(role, (i.role for i in images))
         return None, None
     wanted = "" if part is None else f" (part {quoted(part)})"
     raise AdapterResolutionError(
         f"model input {where(at)} wants an image with role {quoted(role)}{wanted} but the env "
-        f"offers {offers(identity(i.role, i.part) for i in images)}"
+        f"offers {offers((i.role, i.part, None) for i in images)}"
     )
 
 
@@ -225,11 +226,9 @@ def _describe(
     return f"{where(at)} <- image {source} ({', '.join(steps)})"
 
 
-def _frame_bytes(pipeline: Any, height: int, width: int, channels: int) -> int:
-    if not (height and width and channels):
-        return 0
-    out = pipeline.finish(np.zeros((height, width, channels), np.uint8))
-    return int(out.nbytes)
+def _frame_bytes(leaf: Mapping[str, Any], height: int, width: int, channels: int) -> int:
+    """Bytes of one processed frame (a window holds ``span`` of them)."""
+    return height * width * channels * int(np.dtype(leaf["dtype"]).itemsize)
 
 
 def plan_image(leaf: Mapping[str, Any], at: Segments, env: EnvFeatures, notes: Notes) -> ImagePlan:
@@ -261,7 +260,6 @@ def plan_image(leaf: Mapping[str, Any], at: Segments, env: EnvFeatures, notes: N
         _check_dtype(leaf, at)
         pipeline = ImagePipeline(**common)
         blank = (height, width, channels)
-        black = pipeline.finish(np.zeros(blank, np.uint8)) if pad_black else None
         return ImagePlan(
             placement=at,
             source=None,
@@ -270,8 +268,9 @@ def plan_image(leaf: Mapping[str, Any], at: Segments, env: EnvFeatures, notes: N
             fill=leaf.get("fill") or 0,
             stack=stack,
             offsets=offsets,
-            black=black,
-            frame_bytes=_frame_bytes(pipeline, *blank),
+            pad_black=pad_black,
+            env_shape=None,
+            frame_bytes=_frame_bytes(leaf, *blank),
             describe=f"{where(at)} <- zeros({height}x{width}x{channels})",
         )
     if leaf["resample"] not in RESAMPLES:
@@ -311,9 +310,10 @@ def plan_image(leaf: Mapping[str, Any], at: Segments, env: EnvFeatures, notes: N
     height, width = leaf["height"], leaf["width"]
     size: tuple[int, int] | None = None
     if height is not None or width is not None:
+        # The axis the model leaves open keeps the camera's own size (not the cropped one).
         size = (
-            height if height is not None else region[0],
-            width if width is not None else region[1],
+            height if height is not None else image.height,
+            width if width is not None else image.width,
         )
     fit = _choose_fit(leaf, at, region, size)
     flip = image.upside_down != leaf["upside_down"]
@@ -330,13 +330,15 @@ def plan_image(leaf: Mapping[str, Any], at: Segments, env: EnvFeatures, notes: N
         src_size=(image.height, image.width) if image.height and image.width else None,
         **common,
     )
-    out_h, out_w = size if size is not None else region
-    black = None
-    if pad_black:
-        shape = (image.height, image.width, image.channels)
-        if image.layout == "chw":
-            shape = (image.channels, image.height, image.width)
-        black = pipeline(np.zeros(shape, np.uint8))
+    # Without a target size a slice keeps its cut, and a zoom resamples back to full size.
+    out_h, out_w = (
+        size if size is not None else cut if cut is not None else (image.height, image.width)
+    )
+    # The fit only matters (and draws its note) when the target changes the aspect ratio.
+    reshaped = size is not None and region[0] * size[1] != region[1] * size[0]
+    env_shape = (image.height, image.width, image.channels)
+    if image.layout == "chw":
+        env_shape = (image.channels, image.height, image.width)
     return ImagePlan(
         placement=at,
         source=image.source,
@@ -345,12 +347,13 @@ def plan_image(leaf: Mapping[str, Any], at: Segments, env: EnvFeatures, notes: N
         fill=0,
         stack=stack,
         offsets=offsets,
-        black=black,
-        frame_bytes=_frame_bytes(pipeline, out_h, out_w, image.channels),
+        pad_black=pad_black,
+        env_shape=env_shape,
+        frame_bytes=_frame_bytes(leaf, out_h, out_w, image.channels),
         describe=_describe(leaf, at, image, flip, crop, cut, size, normalize, offsets),
         role_rebound=rebound,
         fit=fit,
-        resized=size is not None,
+        resized=reshaped,
     )
 
 

@@ -14,7 +14,16 @@ from ._fmt import debug_float, quoted, quoted_list, render_placement
 from ._image import DTYPES
 from ._join import EnvFeatures, EnvState
 from ._plans import ConstPiece, EnvPiece, FillPiece, Piece, PreviousPiece, StatePlan
-from ._resolve_common import Notes, fail, identity, offers, refuse_unknown_kind, where
+from ._resolve_common import (
+    Notes,
+    by_part,
+    fail,
+    identity,
+    offers,
+    refuse_unknown_kind,
+    where,
+)
+from ._rotation import RotationConversion, rotation_matrix
 from ._vocab import ROTATION_DIMS
 
 __all__ = ["ModelOutputs", "plan_state", "select_encoding"]
@@ -32,20 +41,31 @@ class ModelOutputs:
             self.slots.append((actuator, offset, offset + actuator["dim"]))
             offset += actuator["dim"]
 
-    def find(self, role: str, part: str | None, at: Segments) -> tuple[Mapping[str, Any], int, int]:
-        matches = [s for s in self.slots if s[0].get("role") == role]
-        if part is not None:
-            matches = [s for s in matches if s[0].get("part") == part]
-        elif len({s[0].get("part") for s in matches}) > 1:
-            parts = sorted(s[0].get("part") or "" for s in matches)
-            fail(
+    def find(
+        self, role: str, part: str | None, at: Segments, notes: Notes
+    ) -> tuple[Mapping[str, Any], int, int]:
+        matches, implicit = by_part(
+            [s for s in self.slots if s[0].get("role") == role],
+            lambda s: s[0].get("part"),
+            part,
+            lambda parts: (
                 f"model input {where(at)} needs previous action role {quoted(role)} but the model "
                 f"declares it under parts {quoted_list(parts)}; declare part="
+            ),
+        )
+        if implicit is not None:
+            notes.checks.append(
+                Advisory(
+                    "info",
+                    f"model input {where(at)}: previous action role {quoted(role)} declares no "
+                    f"part and the model declares it only under part {quoted(implicit)}; bound to "
+                    "that leaf (declare part= to pin it)",
+                )
             )
         if not matches:
             wanted = "" if part is None else f" (part {quoted(part)})"
             emitted = offers(
-                identity(s[0]["role"], s[0].get("part")) for s in self.slots if s[0].get("role")
+                (s[0]["role"], s[0].get("part"), None) for s in self.slots if s[0].get("role")
             )
             fail(
                 f"model input {where(at)} reads the previous action for role {quoted(role)}"
@@ -101,42 +121,47 @@ def _match(
     """The env leaf a state part reads, or ``None`` when the env lacks it."""
     role: str = part["role"]
     want_part: str | None = part.get("part")
-    candidates = [s for s in env.states if s.role == role]
-    if want_part is not None:
-        candidates = [s for s in candidates if s.part == want_part]
-    elif len({s.part for s in candidates}) > 1:
-        fail(
+    candidates, implicit = by_part(
+        [s for s in env.states if s.role == role],
+        lambda s: s.part,
+        want_part,
+        lambda parts: (
             f"model input {where(at)} needs state role {quoted(role)} but the env declares it "
-            f"under parts {quoted_list(sorted(s.part or '' for s in candidates))}; declare part="
-        )
+            f"under parts {quoted_list(parts)}; declare part="
+        ),
+    )
     if not candidates:
         return None
+    if implicit is not None:
+        notes.checks.append(
+            Advisory(
+                "info",
+                f"model input {where(at)}: state role {quoted(role)} declares no part and the env "
+                f"declares it only under part {quoted(implicit)}; bound to that leaf (declare "
+                "part= to pin it)",
+            )
+        )
     accepted = _names(part.get("provenance"))
     if not accepted:
         if len(candidates) > 1:
-            provenances = sorted(s.provenance or "" for s in candidates)
+            provenances = sorted(s.provenance or "none" for s in candidates)
             fail(
                 f"model input {where(at)}: state role {quoted(role)} declares no provenance and "
                 f"the env declares it under provenances {quoted_list(provenances)}; declare "
                 "provenance= to pin one"
             )
         return candidates[0]
-    declared = [s for s in candidates if s.provenance is not None]
     for name in accepted:
         for state in candidates:
             if state.provenance == name:
                 return state
-    if len(candidates) == 1 and not declared:
-        return candidates[0]
     if len(candidates) == 1:
-        raise AdapterResolutionError(
-            f"role {quoted(role)}: the model expects provenance {quoted_list(accepted)} but the "
-            f"env declares {quoted(candidates[0].provenance or '')}"
-        )
+        # One leaf: bound, and a contradicting provenance is refused with its other facts.
+        return candidates[0]
     raise AdapterResolutionError(
         f"model input {where(at)}: state role {quoted(role)} accepts provenance "
         f"{quoted_list(accepted)} but the env declares it under "
-        f"{quoted_list(sorted(s.provenance or '' for s in candidates))}"
+        f"{quoted_list(sorted(s.provenance or 'none' for s in candidates))}"
     )
 
 
@@ -149,6 +174,12 @@ def _check_facts(part: Mapping[str, Any], state: EnvState, notes: Notes) -> str 
             f"role {quoted(role)}: the model expects frame {quoted(frame)} but the env declares "
             f"{quoted(state.frame)}"
         )
+    accepted = _names(part.get("provenance"))
+    if accepted and state.provenance is not None and state.provenance not in accepted:
+        fail(
+            f"role {quoted(role)}: the model expects provenance {quoted_list(accepted)} but the "
+            f"env declares {quoted(state.provenance)}"
+        )
     if frame is not None and state.frame is None:
         notes.checks.append(
             Advisory(
@@ -158,7 +189,6 @@ def _check_facts(part: Mapping[str, Any], state: EnvState, notes: Notes) -> str 
                 "declare it on the env to silence this",
             )
         )
-    accepted = _names(part.get("provenance"))
     if accepted and state.provenance is None:
         shown = quoted(accepted[0]) if len(accepted) == 1 else quoted_list(accepted)
         notes.checks.append(
@@ -223,7 +253,7 @@ def _affine_note(part: Mapping[str, Any], labels: Sequence[str] | None) -> str:
         value = part.get(name)
         if value is not None:
             shown = debug_float(float(value))
-            terms.append(f"{sign}{shown}" if sign == "*" or shown.startswith("-") else f"+{shown}")
+            terms.append(shown if sign == "+" and shown.startswith("-") else f"{sign}{shown}")
     for name, sign in (("axis_scale", "*"), ("axis_offset", "+")):
         values = part.get(name)
         if values is not None:
@@ -272,7 +302,6 @@ def _env_piece(
     part: Mapping[str, Any], at: Segments, state: EnvState, notes: Notes
 ) -> tuple[EnvPiece, str]:
     role: str = part["role"]
-    frame = _check_facts(part, state, notes)
     encoding = part.get("encoding")
     if isinstance(encoding, Mapping):
         encoding = encoding["base"]
@@ -285,6 +314,7 @@ def _env_piece(
             f"state role {quoted(role)}: env feature {where(state.source)} declares "
             f"{state.dim} dims but encoding {quoted(pair[0])} has {ROTATION_DIMS[pair[0]]}"
         )
+    frame = _check_facts(part, state, notes)
     width = ROTATION_DIMS[convert[1]] if convert is not None else state.dim
     select: np.ndarray[Any, np.dtype[np.intp]] | None = None
     labels = part.get("labels")
@@ -345,7 +375,11 @@ def _env_piece(
     if post is not None:
         text += " (post_rotate)"
     text += note + _range_note(src_range, dst_range) + _affine_note(part, axis_labels)
-    for qualifier, mark in ((frame, "@"), (state.part, "#"), (state.provenance, "#")):
+    accepted = _names(part.get("provenance"))
+    provenance = state.provenance
+    if provenance is None and accepted:
+        provenance = accepted[0]
+    for qualifier, mark in ((frame, "@"), (state.part, "#"), (provenance, "#")):
         if qualifier is not None:
             text += f"{mark}{qualifier}"
     piece = EnvPiece(
@@ -353,8 +387,13 @@ def _env_piece(
         start=state.offset,
         stop=None if state.offset is None else state.offset + state.dim,
         width=state.dim,
-        convert=convert,
-        post_rotate=None if post is None else _literal_matrix(post["encoding"], post["value"]),
+        convert=None
+        if convert is None
+        else RotationConversion(
+            convert[0],
+            convert[1],
+            None if post is None else rotation_matrix(post["encoding"], post["value"]),
+        ),
         select=select,
         src_range=src_range if src_range != dst_range else None,
         dst_range=dst_range if src_range != dst_range else None,
@@ -365,17 +404,30 @@ def _env_piece(
     return piece, text
 
 
-def _literal_matrix(encoding: str, value: Sequence[float]) -> Any:
-    from ._rotation import literal_matrix  # type: ignore[import-not-found]
-
-    return literal_matrix(encoding, value)
+def _fill_piece(part: Mapping[str, Any], at: Segments, width: int) -> tuple[FillPiece, str]:
+    """An absent optional part: its fill, through its own scale and offset."""
+    fill = float(part.get("fill", 0.0))
+    scale = _axis(part, "scale", width, at, part["role"])
+    offset = _axis(part, "offset", width, at, part["role"])
+    values = np.full(width, fill)
+    if scale is not None:
+        values = values * scale
+    if offset is not None:
+        values = values + offset
+    per_axis = part.get("axis_scale") is not None or part.get("axis_offset") is not None
+    # A scalar affine folds into the fill value RLMesh shows; a per-axis one is shown after.
+    shown = fill if per_axis else float(values[0])
+    text = f"fill({width})={debug_float(shown)}" if shown else f"zeros({width})"
+    if per_axis:
+        text += _affine_note(part, None)
+    return FillPiece(width, values.astype(np.float32)), text
 
 
 def _previous_piece(
-    part: Mapping[str, Any], at: Segments, outputs: ModelOutputs
+    part: Mapping[str, Any], at: Segments, outputs: ModelOutputs, notes: Notes
 ) -> tuple[PreviousPiece, str]:
     role: str = part["role"]
-    actuator, start, stop = outputs.find(role, part.get("part"), at)
+    actuator, start, stop = outputs.find(role, part.get("part"), at, notes)
     width = stop - start
     dim = part.get("dim")
     labels = part.get("labels")
@@ -389,8 +441,8 @@ def _previous_piece(
         select = _labels_permutation(labels, actuator.get("labels"), at, role, "actuator")
     fill = float(part.get("fill", 0.0))
     text = f"previous {role} (fill {debug_float(fill)})"
-    if part.get("part") is not None:
-        text += f"#{part['part']}"
+    if actuator.get("part") is not None:
+        text += f"#{actuator['part']}"
     key = identity(role, actuator.get("part"))
     return PreviousPiece(key, start, stop, select, fill, width), text
 
@@ -415,7 +467,7 @@ def plan_state(
             widths.append(part["dim"])
             continue
         if part.get("source") == "action":
-            piece, text = _previous_piece(part, at, outputs)
+            piece, text = _previous_piece(part, at, outputs, notes)
             pieces.append(piece)
             texts.append(text)
             widths.append(piece.out_width)
@@ -427,14 +479,12 @@ def plan_state(
                 wanted = "" if part.get("part") is None else f" (part {quoted(part['part'])})"
                 fail(
                     f"model input {where(at)} needs state role {quoted(part['role'])}{wanted} but "
-                    f"the env offers "
-                    f"{offers(identity(s.role, s.part, s.provenance) for s in env.states)}"
+                    f"the env offers {offers((s.role, s.part, s.provenance) for s in env.states)}"
                 )
             width = _fill_width(part, at)
-            notes.ad_hoc_fill(part["role"])
-            value = float(part.get("fill", 0.0))
-            pieces.append(FillPiece(width, value))
-            text = f"fill({width})={debug_float(value)}" if value else f"zeros({width})"
+            notes.ad_hoc_fill(part["role"], (s.role for s in env.states))
+            fill_piece, text = _fill_piece(part, at, width)
+            pieces.append(fill_piece)
             if part.get("part") is not None:
                 text += f"#{part['part']}"
             texts.append(text)
@@ -453,13 +503,6 @@ def plan_state(
         suffix += f" clip[{debug_float(clip[0])},{debug_float(clip[1])}]"
     if leaf.get("pad_to") is not None:
         suffix += f", pad to {leaf['pad_to']}"
-    if fills:
-        notes.plan.append(
-            Advisory(
-                "caution",
-                f"state {where(at)}: {fills} component(s) zero-filled for an absent env role",
-            )
-        )
     reshape = leaf.get("reshape")
     return StatePlan(
         placement=at,
@@ -470,5 +513,6 @@ def plan_state(
         dtype=leaf["dtype"],
         reshape=None if reshape is None else tuple(reshape),
         container=leaf.get("container", "array"),
+        filled=fills,
         describe=f"{where(at)} <- concat({', '.join(texts)}){suffix}",
     )

@@ -191,14 +191,14 @@ def _opt_range(value: object) -> list[float] | None:
 
 
 def _accept_set(value: object, expected: str) -> str | list[str]:
-    """A name or a non-empty list of names; a one-name list is written as the bare name."""
+    """A name or a non-empty list of names, repeats dropped; one name is written bare."""
     if isinstance(value, str):
         return value
     if not isinstance(value, (list, tuple)):
         _expect(value, expected)
     if not value:
         _fail("an encoding preference list must name at least one encoding")
-    names = [_string(item) for item in value]
+    names = list(dict.fromkeys(_string(item) for item in value))
     return names[0] if len(names) == 1 else names
 
 
@@ -986,7 +986,8 @@ def _read_action(raw: object, base: str, reading: Reading) -> dict[str, Any]:
                 continue
             key = (role, actuator.get("part"))
             if key in seen:
-                _fail(f"an action layout declares role {quoted(role)} more than once")
+                under = "" if key[1] is None else f" under part {quoted(key[1])}"
+                _fail(f"an action layout declares role {quoted(role)}{under} more than once")
             seen.add(key)
     except _Fail as failure:
         raise _Fail(failure.message, base) from None
