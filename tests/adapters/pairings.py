@@ -130,9 +130,53 @@ def arm(A: ModuleType, inputs: Any, steps: int = 3, seed: int = 0, **extra: Any)
     )
 
 
+def custom(
+    A: ModuleType,
+    observation: Any,
+    space: S.Dict,
+    action: Any,
+    action_space: S.Box,
+    inputs: Any,
+    output: Any,
+    steps: int = 2,
+) -> Pairing:
+    """A pairing over an env of its own."""
+    width = sum(a.dim for a in output.components)
+    return Pairing(
+        A.EnvTags(observation, action),
+        space,
+        action_space,
+        A.ModelSpec(inputs, output),
+        observations(space, steps, 3),
+        outputs(width, steps, 3),
+    )
+
+
+def count_keys(observation: Any) -> Any:
+    """A custom input: how many entries the raw observation has (a numpy scalar)."""
+    return np.float32(len(observation))
+
+
+def _twin_provenance(A: ModuleType, inputs: Any) -> Pairing:
+    return custom(
+        A,
+        {
+            "sensed": A.StateTag(A.JOINT_POS, provenance="sensed"),
+            "plain": A.StateTag(A.JOINT_POS),
+            "truth": A.StateTag(A.JOINT_POS, provenance="privileged"),
+        },
+        S.Dict({"sensed": box(2), "plain": box(2), "truth": box(2)}),
+        A.Action(A.Actuator(A.ACTION_JOINT_POS, 2)),
+        box(2),
+        inputs,
+        A.Action(A.Actuator(A.ACTION_JOINT_POS, 2)),
+    )
+
+
 def _quat(obs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for o in obs:  # unit quaternions, as a real env sends
-        o["quat"] = (o["quat"] / np.linalg.norm(o["quat"])).astype(np.float32)
+        if "quat" in o:
+            o["quat"] = (o["quat"] / np.linalg.norm(o["quat"])).astype(np.float32)
     return obs
 
 
@@ -288,6 +332,65 @@ PAIRINGS: dict[str, Callable[[ModuleType], Pairing]] = {
     "error_previous_unknown": lambda A: arm(A, {"s": A.Previous("action/joint_pos")}),
     "error_role_kind": lambda A: arm(A, {"s": A.State("audio/mic")}),
     "error_untrusted_entrypoint": lambda A: arm(A, {"c": A.Custom(entrypoint="json:dumps")}),
+    "action_part_bound_implicitly": lambda A: custom(
+        A,
+        {"q": A.StateTag(A.JOINT_POS)},
+        S.Dict({"q": box(2)}),
+        A.Action(A.Actuator(A.ACTION_GRIPPER, 1), A.Actuator(None, 1, fill=-1.0)),
+        box(2, -1, 1),
+        {"q": A.State(A.JOINT_POS), "prev": A.Previous(A.ACTION_GRIPPER, fill=0.5)},
+        A.Action(A.Actuator(A.ACTION_GRIPPER, 1, part=A.LEFT_ARM, offset=0.5)),
+        steps=3,
+    ),
+    "one_fill_note_for_two_parts": lambda A: arm(
+        A,
+        {
+            "s": A.Concat(
+                A.State("proprio/extra", optional=True, dim=1),
+                A.State("proprio/extra", optional=True, index=0, part=A.HEAD),
+            )
+        },
+    ),
+    "custom_input_and_encodings": lambda A: arm(
+        A,
+        {
+            "count": A.Custom(transform=count_keys),
+            "rot": A.State(
+                A.EEF_ROT,
+                encoding=A.CustomEncoding(
+                    "quat_wxyz", from_base=np.negative, to_base=np.negative, name="neg"
+                ),
+            ),
+        },
+        output=A.Action(
+            A.Actuator(A.ACTION_DELTA_POS, 3),
+            A.Actuator(
+                A.ACTION_DELTA_ROT,
+                4,
+                A.CustomEncoding("quat_xyzw", to_base=np.negative, name="neg"),
+            ),
+            A.Actuator(A.ACTION_GRIPPER, 1),
+        ),
+    ),
+    "zoom_window_bytes": lambda A: arm(
+        A, {"i": A.Image(A.IMAGE_PRIMARY, crop=0.5, stack=2, dtype="float32", normalize=True)}
+    ),
+    "error_labels_before_encoding": lambda A: arm(
+        A, {"s": A.State(A.JOINT_POS, labels=("a", "b", "c"), encoding="rot6d")}
+    ),
+    "error_axis_across_rotation": lambda A: arm(
+        A,
+        {"s": A.State(A.EEF_POS)},
+        output=A.Action(
+            A.Actuator(A.ACTION_DELTA_POS, 3),
+            A.Actuator(A.ACTION_DELTA_ROT, 4, "quat_xyzw", scale=(1, 1, 1, 2)),
+            A.Actuator(A.ACTION_GRIPPER, 1),
+        ),
+    ),
+    "error_provenances_listed": lambda A: _twin_provenance(A, {"q": A.State(A.JOINT_POS)}),
+    "provenance_picks_a_leaf": lambda A: _twin_provenance(
+        A, {"q": A.State(A.JOINT_POS, provenance=("estimated", "privileged"))}
+    ),
 }
 
 

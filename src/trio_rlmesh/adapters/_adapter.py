@@ -161,7 +161,7 @@ class Adapter(AdapterBase[npt.NDArray[np.float32]]):
         for shim in self._state_shims:
             payload = _replace_at(payload, shim.placement, functools.partial(repack_state, shim))
         for placement, transform in self._customs.items():
-            payload = place(payload, placement, transform(entries))
+            payload = place(payload, placement, _plain(transform(entries)))
         return payload
 
     def transform_obs(self, raw_obs: Any) -> Any:
@@ -214,6 +214,20 @@ class Adapter(AdapterBase[npt.NDArray[np.float32]]):
     def advisories(self) -> list[Advisory]:
         """Non-fatal notes about this pairing (``severity`` ``"info"`` or ``"caution"``)."""
         return list(self._plan.advisories)
+
+
+def _plain(value: Any) -> Any:
+    """A custom input's value as a payload carries it: numpy scalars (and 0-d arrays) as
+    Python numbers, inside lists and dicts too (as RLMesh's value bridge hands it back)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value.item()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def _replace_at(payload: Any, placement: Segments, change: Callable[[Any], Any]) -> Any:

@@ -8,6 +8,7 @@ reproduce those forms from Python values, so our messages read exactly like RLMe
 
 from __future__ import annotations
 
+import decimal
 import math
 from collections.abc import Iterable
 
@@ -46,10 +47,8 @@ def quoted_list(values: Iterable[str]) -> str:
 
 
 def _digits(value: float) -> tuple[str, int]:
-    """The shortest round-trip digits of ``abs(value)`` and its decimal exponent.
-
-    ``value == int(digits) * 10 ** (exponent - len(digits) + 1)``, Python's ``repr`` and
-    Rust's shortest formatting pick the same digits (both are shortest round-trip).
+    """The shortest round-trip digits of ``abs(value)`` (as Rust picks them) and the decimal
+    exponent of the first: ``abs(value) ~ int(digits) * 10 ** (exponent - len(digits) + 1)``.
     """
     text = repr(abs(value))
     mantissa, _, exp_text = text.partition("e")
@@ -62,7 +61,18 @@ def _digits(value: float) -> tuple[str, int]:
     else:
         point = -(len(frac) - len(frac.lstrip("0")) + 1)
     digits = digits.rstrip("0") or "0"
-    return digits, point + exponent
+    exponent += point
+    # When the exact binary value lies halfway between two shortest candidates, Python keeps
+    # the even one and Rust the larger: take the larger when it round-trips too.
+    exact = decimal.Decimal(abs(value))
+    unit = decimal.Decimal(1).scaleb(exponent - len(digits) + 1)
+    if exact - decimal.Decimal(int(digits)) * unit == unit / 2:
+        up = str(int(digits) + 1)
+        if float(decimal.Decimal(int(up)) * unit) == abs(value):
+            if len(up) > len(digits):
+                exponent += 1
+            digits = up.rstrip("0") or "0"
+    return digits, exponent
 
 
 def _plain(digits: str, exponent: int) -> str:

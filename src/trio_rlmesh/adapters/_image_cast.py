@@ -17,12 +17,11 @@ API (stable; :mod:`._image` uses all of it, and the state and action paths use
 
 from __future__ import annotations
 
-import decimal
-
 import numpy as np
 import numpy.typing as npt
 
 from .._errors import Error
+from ._fmt import display_float
 
 __all__ = ["DTYPES", "CastError", "checked_cast", "normalize", "to_uint8"]
 
@@ -59,20 +58,6 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 class CastError(Error, ValueError):
     """A value cannot be cast to the model's dtype without losing it. Also a ValueError."""
-
-
-def _display(value: float) -> str:
-    """``value`` as Rust's ``Display`` prints an f64: shortest round trip, never an exponent."""
-    if np.isnan(value):
-        return "NaN"
-    if np.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    if value == int(value) and abs(value) < 2**53:
-        return str(int(value))
-    text = repr(float(value))
-    if "e" in text:
-        text = format(decimal.Decimal(text), "f")
-    return text
 
 
 def _int_range(dtype: str) -> tuple[int, int]:
@@ -125,7 +110,7 @@ def checked_cast(values: npt.ArrayLike, dtype: str) -> npt.NDArray[np.generic]:
         where = int(np.argmax(bad))
         value = float(wide.reshape(-1)[where])
         if fractional.reshape(-1)[where]:
-            raise CastError(f"cannot cast non-integral value {_display(value)} to {dtype}")
+            raise CastError(f"cannot cast non-integral value {display_float(value)} to {dtype}")
         # RLMesh saturates to i64 before the range check, so a huge value reads as i64's edge.
         clamped = min(max(int(value), _INT64_MIN), _INT64_MAX)
         raise CastError(f"value {clamped} is out of range for {_VARIANT[dtype]}")

@@ -172,7 +172,7 @@ def resolve_documents(
         )
         for u in env.unknown
     ]
-    resolve_notes = sorted(unknown + notes.resolve, key=lambda a: a.message)
+    resolve_notes = sorted(set(unknown + notes.resolve), key=lambda a: a.message)
     return AdapterPlan(
         obs=tuple(plans),
         action=action_plan,

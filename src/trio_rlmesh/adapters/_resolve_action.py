@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,7 +12,7 @@ from ._advice import Advisory
 from ._fmt import debug_float, display_float, quoted, quoted_list
 from ._join import EnvActuator
 from ._plans import ActionPlan, ActionSegment
-from ._resolve_common import Notes, fail, identity, offers
+from ._resolve_common import Notes, by_part, fail, identity, offers
 from ._rotation import RotationConversion
 from ._vocab import ROTATION_DIMS, fixed_dim
 
@@ -29,13 +30,18 @@ def _pair(value: Any) -> tuple[float, float] | None:
     return None if value is None else (float(value[0]), float(value[1]))
 
 
-def _check_dims(model: Actuator, env: Actuator, role: str) -> None:
+def _check_dim_law(model: Actuator) -> None:
+    role = model["role"]
     expected = fixed_dim(role)
     if expected is not None and model["dim"] != expected:
         fail(
             f"action role {quoted(role)}: model declares {model['dim']} dims but the role is "
             f"{expected}-D by convention"
         )
+
+
+def _check_dims(model: Actuator, env: Actuator, role: str) -> None:
+    _check_dim_law(model)
     custom = model["encoding"] if isinstance(model["encoding"], Mapping) else None
     if custom is not None:
         if custom.get("to_base") is None:
@@ -68,17 +74,18 @@ def _check_dims(model: Actuator, env: Actuator, role: str) -> None:
 
 
 def _axis(
-    actuator: Actuator, name: str, width: int
+    actuator: Actuator, name: str, width: int, side: str
 ) -> np.ndarray[Any, np.dtype[np.float64]] | None:
     scalar, axis = actuator.get(name), actuator.get(f"axis_{name}")
     if scalar is not None:
-        return np.full(width, float(scalar))
+        # 0-d: it broadcasts over the slice whatever width a rotation conversion gives it.
+        return np.asarray(float(scalar))
     if axis is None:
         return None
     if len(axis) != width:
         fail(
-            f"action role {quoted(actuator['role'])}: axis_{name} has {len(axis)} values but the "
-            f"actuator has {width} dims"
+            f"action role {quoted(actuator['role'])}: the {side}'s axis_{name} has {len(axis)} "
+            f"values but the resolved width is {width}"
         )
     return np.asarray(axis, dtype=np.float64)
 
@@ -165,9 +172,17 @@ def _check_facts(model: Actuator, env: Actuator, role: str, notes: Notes) -> str
         shown = theirs if theirs is not None else mine
         if shown is not None:
             suffix += f"{mark}{shown}"
-    if env.get("part") is not None:
-        suffix += f"#{env['part']}"
+    part = env.get("part") if env.get("part") is not None else model.get("part")
+    if part is not None:
+        suffix += f"#{part}"
     return suffix
+
+
+def _ambiguous(role: str, parts: list[str]) -> str:
+    return (
+        f"env action needs role {quoted(role)} but the model declares it under parts "
+        f"{quoted_list(parts)}; declare part="
+    )
 
 
 def plan_action(
@@ -193,6 +208,7 @@ def plan_action(
     segments: list[ActionSegment] = []
     lines: list[str] = []
     seen: set[tuple[str, str | None]] = set()
+    matched: set[tuple[str, str | None]] = set()
     for env_actuator in env_actuators:
         env = env_actuator.raw
         role = env.get("role")
@@ -206,7 +222,25 @@ def plan_action(
         if key in seen:
             fail(f"duplicate env action role {quoted(role)}")
         seen.add(key)
-        slot = slots.get(key)
+        # An env actuator without a part takes the model's part-less one, else its only part.
+        candidates, implicit = by_part(
+            [k for k in slots if k[0] == role],
+            lambda k: k[1],
+            env.get("part"),
+            functools.partial(_ambiguous, role),
+        )
+        if implicit is not None:
+            notes.checks.append(
+                Advisory(
+                    "info",
+                    f"env action: role {quoted(role)} declares no part and the model declares it "
+                    f"only under part {quoted(implicit)}; bound to that leaf (declare part= to "
+                    "pin it)",
+                )
+            )
+        slot = slots[candidates[0]] if candidates else None
+        if candidates:
+            matched.add(candidates[0])
         if slot is None:
             if env.get("optional"):
                 fill = float(env.get("fill", 0.0))
@@ -232,6 +266,14 @@ def plan_action(
         start, mine = slot
         select = _permutation(mine, env, role)
         _check_dims(mine, env, role)
+        src_enc, dst_enc = _base(mine["encoding"]), _base(env["encoding"])
+        converts = src_enc is not None and dst_enc is not None and src_enc != dst_enc
+        if converts and (mine.get("axis_scale") is not None or mine.get("axis_offset") is not None):
+            fail(
+                f"action role {quoted(role)}: the model's axis_scale/axis_offset cannot apply "
+                f"across a rotation conversion {quoted(str(src_enc))}->{quoted(str(dst_enc))}; use "
+                "a scalar scale/offset or declare them on the env"
+            )
         if mine.get("clip"):
             fail(
                 f"action role {quoted(role)}: clip is an env-side clamp; declare it on the env "
@@ -251,7 +293,6 @@ def plan_action(
                     "declared"
                 )
             clip = env_actuator.range
-        src_enc, dst_enc = _base(mine["encoding"]), _base(env["encoding"])
         model_range, env_range = _pair(mine["range"]), env_actuator.range
         same = model_range == env_range
         if model_range is not None and env_range is None:
@@ -276,12 +317,12 @@ def plan_action(
             else None,
             src_range=None if same else model_range,
             dst_range=None if same else env_range,
-            model_scale=_axis(mine, "scale", model_width),
-            model_offset=_axis(mine, "offset", model_width),
+            model_scale=_axis(mine, "scale", model_width, "model"),
+            model_offset=_axis(mine, "offset", model_width, "model"),
             model_invert=bool(mine.get("invert")),
             model_threshold=mine.get("threshold"),
-            scale=_axis(env, "scale", env_width),
-            offset=_axis(env, "offset", env_width),
+            scale=_axis(env, "scale", env_width, "env"),
+            offset=_axis(env, "offset", env_width, "env"),
             invert=bool(env.get("invert")),
             threshold=env.get("threshold"),
             binarize=binarize,
@@ -317,7 +358,7 @@ def plan_action(
         lines.append(line + suffix)
     env_roles = [a.role for a in env_actuators]
     for role, part in slots:
-        if (role, part) not in seen:
+        if (role, part) not in matched:
             notes.ad_hoc_fill(role, env_roles)
     if env_clip is not None:
         lines.append(f"clip to ({debug_float(env_clip[0])}, {debug_float(env_clip[1])})")

@@ -271,7 +271,8 @@ def plan_image(leaf: Mapping[str, Any], at: Segments, env: EnvFeatures, notes: N
             pad_black=pad_black,
             env_shape=None,
             frame_bytes=_frame_bytes(leaf, *blank),
-            describe=f"{where(at)} <- zeros({height}x{width}x{channels})",
+            describe=f"{where(at)} <- zeros({height}x{width}x{channels})"
+            + ("" if leaf.get("part") is None else f"#{leaf['part']}"),
         )
     if leaf["resample"] not in RESAMPLES:
         fail(

@@ -144,7 +144,7 @@ def _match(
     accepted = _names(part.get("provenance"))
     if not accepted:
         if len(candidates) > 1:
-            provenances = sorted(s.provenance or "none" for s in candidates)
+            provenances = _provenances(candidates)
             fail(
                 f"model input {where(at)}: state role {quoted(role)} declares no provenance and "
                 f"the env declares it under provenances {quoted_list(provenances)}; declare "
@@ -161,8 +161,14 @@ def _match(
     raise AdapterResolutionError(
         f"model input {where(at)}: state role {quoted(role)} accepts provenance "
         f"{quoted_list(accepted)} but the env declares it under "
-        f"{quoted_list(sorted(s.provenance or 'none' for s in candidates))}"
+        f"{quoted_list(_provenances(candidates))}"
     )
+
+
+def _provenances(candidates: Sequence[EnvState]) -> list[str]:
+    """The candidates' provenances, unset first (shown as ``none``), then by name."""
+    keys = sorted((s.provenance is not None, s.provenance or "") for s in candidates)
+    return [name if declared else "none" for declared, name in keys]
 
 
 def _check_facts(part: Mapping[str, Any], state: EnvState, notes: Notes) -> str | None:
@@ -302,6 +308,10 @@ def _env_piece(
     part: Mapping[str, Any], at: Segments, state: EnvState, notes: Notes
 ) -> tuple[EnvPiece, str]:
     role: str = part["role"]
+    labels = part.get("labels")
+    permutation = None
+    if labels is not None:
+        permutation = _labels_permutation(labels, state.labels, at, role, "env leaf")
     encoding = part.get("encoding")
     if isinstance(encoding, Mapping):
         encoding = encoding["base"]
@@ -317,11 +327,10 @@ def _env_piece(
     frame = _check_facts(part, state, notes)
     width = ROTATION_DIMS[convert[1]] if convert is not None else state.dim
     select: np.ndarray[Any, np.dtype[np.intp]] | None = None
-    labels = part.get("labels")
     note = ""
     index, dim = part.get("index"), part.get("dim")
     if labels is not None:
-        select = _labels_permutation(labels, state.labels, at, role, "env leaf")
+        select = permutation
         if select is not None:
             note = f" perm[{','.join(str(i) for i in select)}]"
         out_width = len(labels)
