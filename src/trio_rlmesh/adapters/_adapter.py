@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar, final
 
 import numpy as np
 import numpy.typing as npt
 
 from ._advice import Advisory
-from ._apply import assemble, convert_action, observe, place, select_referenced
+from ._apply import (
+    assemble,
+    convert_action,
+    model_actions,
+    observe,
+    place,
+    record,
+    select_referenced,
+)
 from ._fmt import render_placement
 from ._history import EpisodeState
 from ._host import ActionShim, StateShim, repack_action, repack_state
@@ -152,12 +160,9 @@ class Adapter(AdapterBase[npt.NDArray[np.float32]]):
         """The resolved plan (shared, immutable: safe to apply for many lanes at once)."""
         return self._plan
 
-    def _payload(self, raw_obs: Any) -> Any:
-        entries: Mapping[str, Any] = (
-            raw_obs if isinstance(raw_obs, Mapping) else {OBS_ROOT_KEY: raw_obs}
-        )
-        selected = select_referenced(self._plan, entries)
-        payload = assemble(self._plan, selected, (self._state,))
+    def _payload(self, raw_obs: Any, state: EpisodeState) -> Any:
+        entries = _entries(raw_obs)
+        payload = assemble(self._plan, select_referenced(self._plan, entries), (state,))
         for shim in self._state_shims:
             payload = _replace_at(payload, shim.placement, functools.partial(repack_state, shim))
         for placement, transform in self._customs.items():
@@ -171,17 +176,13 @@ class Adapter(AdapterBase[npt.NDArray[np.float32]]):
         Raises:
             ApplyError: the observation lacks what the plan reads, or has the wrong width.
         """
-        return self._payload(raw_obs)
+        return self._payload(raw_obs, self._state)
 
     def observe(self, raw_obs: Any) -> None:
         """Count a step that predicted nothing (a replayed chunk frame): its frames still
         enter the windows, and the next action is recorded under it. A no-op without history."""
-        if not self._history_keys:
-            return
-        entries: Mapping[str, Any] = (
-            raw_obs if isinstance(raw_obs, Mapping) else {OBS_ROOT_KEY: raw_obs}
-        )
-        observe(self._plan, select_referenced(self._plan, entries), (self._state,))
+        if self._history_keys:
+            observe(self._plan, select_referenced(self._plan, _entries(raw_obs)), (self._state,))
 
     def history_windows(self) -> tuple[tuple[str, int, int], ...]:
         """``(placement, span, frame_bytes)`` per frame window of one episode."""
@@ -204,8 +205,84 @@ class Adapter(AdapterBase[npt.NDArray[np.float32]]):
         Raises:
             ApplyError: the action has the wrong length or is not numeric.
         """
-        action = repack_action(self._action_shims, raw_action)
-        return convert_action(self._plan.action, action, (self._state,))
+        values = model_actions(self._plan.action, repack_action(self._action_shims, raw_action))
+        record(self._plan.action, values, (self._state,))
+        return convert_action(self._plan.action, values)
+
+    # -- Lanes and chunks (trio-rlmesh additions; the plan is shared, the episodes are not) --
+
+    def new_episode(self, episode: str = "") -> EpisodeState:
+        """A fresh history for one episode of one lane (``episode`` names it in errors)."""
+        return EpisodeState(episode)
+
+    def transform_obs_lanes(
+        self, observations: Sequence[Any], episodes: Sequence[EpisodeState]
+    ) -> Any:
+        """The payload for one step of ``N`` lanes at once: every leaf gains a leading lane
+        axis (a list for text and list containers). ``episodes[i]`` is lane ``i``'s history.
+
+        Example:
+            >>> import numpy as np
+            >>> from gymnasium import spaces
+            >>> from trio_rlmesh import adapters as adapt
+            >>> adapter = adapt.resolve(
+            ...     adapt.EnvTags({"q": adapt.StateTag(adapt.JOINT_POS)},
+            ...                   adapt.Action(adapt.Actuator(adapt.ACTION_JOINT_POS, 2))),
+            ...     spaces.Dict({"q": spaces.Box(-1, 1, (2,))}), spaces.Box(-1, 1, (2,)),
+            ...     adapt.ModelSpec({"q": adapt.State(adapt.JOINT_POS, scale=2.0)},
+            ...                     adapt.Action(adapt.Actuator(adapt.ACTION_JOINT_POS, 2))),
+            ... )
+            >>> lanes = [adapter.new_episode(), adapter.new_episode()]
+            >>> adapter.transform_obs_lanes([{"q": np.ones(2)}, {"q": np.zeros(2)}], lanes)["q"]
+            array([[2., 2.],
+                   [0., 0.]], dtype=float32)
+        """
+        lanes = len(observations)
+        if len(episodes) != lanes:
+            raise ValueError(f"{lanes} observations but {len(episodes)} episodes")
+        entries = [_entries(obs) for obs in observations]
+        selected = [select_referenced(self._plan, e) for e in entries]
+        payload = assemble(self._plan, selected, episodes, lanes)
+        for shim in self._state_shims:
+            repack = functools.partial(_per_lane, functools.partial(repack_state, shim))
+            payload = _replace_at(payload, shim.placement, repack)
+        for placement, transform in self._customs.items():
+            values = [_plain(transform(e)) for e in entries]
+            payload = place(payload, placement, _batched(values))
+        return payload
+
+    def observe_lanes(self, observations: Sequence[Any], episodes: Sequence[EpisodeState]) -> None:
+        """:meth:`observe` for ``N`` lanes at once."""
+        if self._history_keys:
+            selected = [select_referenced(self._plan, _entries(obs)) for obs in observations]
+            observe(self._plan, selected, episodes, len(observations))
+
+    def transform_action_lanes(
+        self, raw_actions: Any, episodes: Sequence[EpisodeState]
+    ) -> npt.NDArray[np.float32]:
+        """The env actions ``(N, env_dim)`` for the model's actions ``(N, model_dim)``, each
+        recorded as its lane's action of this step."""
+        lanes = len(episodes)
+        rows = _repack_rows(self._action_shims, raw_actions, lanes)
+        values = model_actions(self._plan.action, rows, (lanes,))
+        record(self._plan.action, values, episodes)
+        return convert_action(self._plan.action, values)
+
+    def transform_chunk(self, raw_chunk: Any, lanes: int | None = None) -> npt.NDArray[np.float32]:
+        """The env actions for a chunk of model actions, frame by frame: ``(H, model_dim)``
+        gives ``(H, env_dim)``; with ``lanes=N``, ``(N, H, model_dim)`` gives
+        ``(N, H, env_dim)``. Nothing is recorded: :meth:`record_action` each frame as it
+        executes (between :meth:`observe` calls), for parts reading the previous action."""
+        chunk = np.asarray(raw_chunk)
+        lead = chunk.shape[:-1] if lanes is None else (lanes, *chunk.shape[1:-1])
+        rows = _repack_rows(self._action_shims, chunk, int(np.prod(lead)))
+        values = model_actions(self._plan.action, rows, lead)
+        return convert_action(self._plan.action, values)
+
+    def record_action(self, episode: EpisodeState, raw_action: Any) -> None:
+        """Record one executed model action (a chunk frame) as ``episode``'s current step's."""
+        values = model_actions(self._plan.action, repack_action(self._action_shims, raw_action))
+        record(self._plan.action, values, (episode,))
 
     def explain(self) -> str:
         """What the adapter does, input by input and actuator by actuator (RLMesh's text)."""
@@ -228,6 +305,35 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return value
+
+
+def _entries(raw_obs: Any) -> Mapping[str, Any]:
+    """An observation as a mapping: a non-Dict observation sits under ``<obs>``."""
+    return raw_obs if isinstance(raw_obs, Mapping) else {OBS_ROOT_KEY: raw_obs}
+
+
+def _per_lane(change: Callable[[Any], Any], rows: Any) -> Any:
+    return np.stack([change(row) for row in rows])
+
+
+def _batched(values: list[Any]) -> Any:
+    """Each lane's custom value, stacked when they are numbers or same-shape arrays."""
+    try:
+        arrays = [np.asarray(v) for v in values]
+    except (TypeError, ValueError):
+        return values
+    if all(a.dtype.kind in "biuf" for a in arrays) and len({a.shape for a in arrays}) == 1:
+        return np.stack(arrays)
+    return values
+
+
+def _repack_rows(shims: tuple[ActionShim, ...], actions: Any, rows: int) -> Any:
+    """``actions`` with each row's custom slices back in their base packing."""
+    if not shims:
+        return actions
+    array = np.asarray(actions, dtype=np.float64)
+    flat = array.reshape(rows, -1)
+    return np.stack([repack_action(shims, row) for row in flat]).reshape(array.shape)
 
 
 def _replace_at(payload: Any, placement: Segments, change: Callable[[Any], Any]) -> Any:

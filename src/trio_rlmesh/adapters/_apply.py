@@ -1,10 +1,11 @@
 """Apply a plan: observations in, payloads out; model actions in, env actions out.
 
 Every function here runs a plan's decisions and nothing else: no role is matched and no rule
-checked again. Values may carry a leading lane axis (``lanes=N``: every observation leaf and
-every action has ``N`` rows, one :class:`EpisodeState` per lane) or none (``lanes=None``,
-one state); the numeric work is numpy over whole arrays either way. Only the frame windows
-and the previous-action records are per lane, as they belong to each lane's episode.
+checked again. One step of one env (``lanes=None``: one observation mapping, one
+:class:`EpisodeState`) or of ``N`` lanes at once (``lanes=N``: a list of ``N`` observation
+mappings, one state per lane, and every output with a leading lane axis); the numeric work
+is numpy over whole arrays either way. Only the frame windows and the previous-action
+records are per lane, as they belong to each lane's episode.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ __all__ = [
     "assemble",
     "convert_action",
     "lookup",
+    "model_actions",
     "observe",
     "place",
+    "record",
     "select_referenced",
 ]
 
@@ -116,15 +119,23 @@ def lookup(selected: Mapping[str, Any], source: Segments) -> Any:
     return node
 
 
-def _numeric(value: Any, lanes: int | None) -> F32:
-    """A numeric observation value as float32 rows ``(lanes, width)`` or a flat vector."""
+def _fetch(selected: Any, source: Segments, lanes: int | None) -> Any:
+    """The value at ``source``: of the one observation, or a list with each lane's."""
+    if lanes is None:
+        return lookup(selected, source)
+    return [lookup(entries, source) for entries in selected]
+
+
+def _numeric(value: Any, lead: tuple[int, ...] = ()) -> F32:
+    """A numeric value as float32 with the given leading axes and one flat axis after them
+    (one observation's leaf is flattened, as RLMesh reads it)."""
     if isinstance(value, Mapping):
         if "data" not in value:
             keys = ", ".join(f"'{k}'" for k in value)
             raise ApplyError(
                 f"expected numeric payload mapping with a 'data' key, got keys [{keys}]"
             )
-        return _numeric(value["data"], lanes)
+        return _numeric(value["data"], lead)
     if isinstance(value, str):
         raise ApplyError("expected a numeric value, got text")
     if isinstance(value, (bytes, bytearray)):
@@ -136,11 +147,23 @@ def _numeric(value: Any, lanes: int | None) -> F32:
         array = array.astype(np.float64).astype(np.float32)
     except (TypeError, ValueError):
         raise ApplyError("expected a numeric value, got text") from None
-    return array.reshape(-1) if lanes is None else array.reshape(lanes, -1)
+    return array.reshape(*lead, -1)
+
+
+def _lane_rows(values: Any, lanes: int | None) -> F32:
+    """One lane's flat vector, or every lane's stacked as rows."""
+    if lanes is None:
+        return _numeric(values)
+    rows = [_numeric(value) for value in values]
+    if len({row.shape for row in rows}) > 1:
+        raise ApplyError(
+            f"lanes disagree on a leaf's width: {sorted({row.shape[0] for row in rows})}"
+        )
+    return np.stack(rows)
 
 
 def _state(
-    plan: StatePlan, selected: Mapping[str, Any], states: Sequence[EpisodeState], lanes: int | None
+    plan: StatePlan, selected: Any, states: Sequence[EpisodeState], lanes: int | None
 ) -> Any:
     parts: list[F32] = []
     lead = () if lanes is None else (lanes,)
@@ -186,8 +209,8 @@ def _reshape(spec: tuple[int, ...], length: int) -> tuple[int, ...]:
     return spec
 
 
-def _env_piece(piece: EnvPiece, selected: Mapping[str, Any], lanes: int | None) -> F32:
-    values = _numeric(lookup(selected, piece.source), lanes)
+def _env_piece(piece: EnvPiece, selected: Any, lanes: int | None) -> F32:
+    values = _lane_rows(_fetch(selected, piece.source, lanes), lanes)
     have = values.shape[-1]
     if piece.start is not None and piece.stop is not None:
         if piece.stop > have:
@@ -236,17 +259,24 @@ def _previous(piece: PreviousPiece, states: Sequence[EpisodeState], lanes: int |
     return rows[0] if lanes is None else np.stack(rows)
 
 
-def _image(plan: ImagePlan, selected: Mapping[str, Any], lanes: int | None) -> npt.NDArray[Any]:
+_FRAME_TYPES = (np.ndarray, bytes, bytearray, memoryview)
+
+
+def _image(plan: ImagePlan, selected: Any, lanes: int | None) -> npt.NDArray[Any]:
     if plan.blank is not None:
         lead = () if lanes is None else (lanes,)
         return plan.pipeline.finish(np.full((*lead, *plan.blank), plan.fill, np.uint8))  # type: ignore[no-any-return]
     assert plan.source is not None
-    value = lookup(selected, plan.source)
-    if lanes is not None and isinstance(value, (list, tuple)):
-        return np.stack([plan.pipeline(frame) for frame in value])
-    if not isinstance(value, (np.ndarray, bytes, bytearray, memoryview)):
+    value = _fetch(selected, plan.source, lanes)
+    frames = [value] if lanes is None else value
+    if not all(isinstance(frame, _FRAME_TYPES) for frame in frames):
         raise ApplyError("expected an image array observation value or encoded image bytes")
-    return plan.pipeline(value)  # type: ignore[no-any-return]
+    if lanes is None:
+        return plan.pipeline(value)  # type: ignore[no-any-return]
+    if all(isinstance(f, np.ndarray) for f in frames) and len({f.shape for f in frames}) == 1:
+        # Same-size arrays go through the pipeline as one batch (one numpy call per step).
+        return plan.pipeline(np.stack(frames))  # type: ignore[no-any-return]
+    return np.stack([plan.pipeline(frame) for frame in frames])
 
 
 def _stack(
@@ -263,27 +293,32 @@ def _stack(
     return out[0] if lanes is None else np.stack(out)
 
 
-def _text(plan: TextPlan, selected: Mapping[str, Any], lanes: int | None) -> Any:
-    value: Any = None
+def _one_text(plan: TextPlan, entries: Mapping[str, Any]) -> str | None:
     if plan.source is not None:
         try:
-            found = lookup(selected, plan.source)
+            found = lookup(entries, plan.source)
         except ApplyError:
-            found = None
-        if found is not None:
-            if lanes is None and not isinstance(found, str):
-                raise ApplyError(
-                    f"text input '{render_placement(plan.placement)}' resolved to "
-                    f"'{render_placement(plan.source)}', but {_debug_value(found)} is not a string"
-                )
-            value = found
-    if value is None:
-        if plan.fill is None:
+            return plan.fill
+        if not isinstance(found, str):
+            raise ApplyError(
+                f"text input '{render_placement(plan.placement)}' resolved to "
+                f"'{render_placement(plan.source)}', but {_debug_value(found)} is not a string"
+            )
+        return found
+    return plan.fill
+
+
+def _text(plan: TextPlan, selected: Any, lanes: int | None) -> Any:
+    """The text (``None``: the input is left out), or each lane's text as a list."""
+    if lanes is None:
+        value = _one_text(plan, selected)
+        if value is None:
             return None
-        value = plan.fill if lanes is None else [plan.fill] * lanes
-    if plan.container == "list":
-        return [value] if lanes is None else [[v] for v in value]
-    return value
+        return [value] if plan.container == "list" else value
+    values = [_one_text(plan, entries) for entries in selected]
+    if all(value is None for value in values):
+        return None
+    return [[v] for v in values] if plan.container == "list" else values
 
 
 def _debug_value(value: Any) -> str:
@@ -313,14 +348,16 @@ def place(payload: Any, placement: Segments, value: Any) -> Any:
 
 def assemble(
     plan: AdapterPlan,
-    selected: Mapping[str, Any],
+    selected: Any,
     states: Sequence[EpisodeState],
     lanes: int | None = None,
     customs: Mapping[Segments, Any] | None = None,
 ) -> Any:
     """The model payload for one step (custom inputs come from ``customs``, by placement).
 
-    Counts the step in every state when the plan holds per-episode history.
+    ``selected`` is one observation's :func:`select_referenced` entries, or (``lanes=N``) a
+    list of each lane's. Counts the step in every state when the plan holds per-episode
+    history.
     """
     if plan.stacked or plan.reads_previous:
         for state in states:
@@ -346,7 +383,7 @@ def assemble(
 
 def observe(
     plan: AdapterPlan,
-    selected: Mapping[str, Any],
+    selected: Any,
     states: Sequence[EpisodeState],
     lanes: int | None = None,
 ) -> None:
@@ -359,27 +396,31 @@ def observe(
         _stack(image, _image(image, selected, lanes), states, lanes)
 
 
-def convert_action(
-    plan: ActionPlan,
-    action: Any,
-    states: Sequence[EpisodeState] = (),
-    lanes: int | None = None,
-) -> F32:
-    """The env action(s) for the model's output, recorded as each state's current step's
-    action when a state part reads it back."""
-    if isinstance(action, Mapping):
-        values = _numeric(action, lanes)
-    else:
-        if isinstance(action, str):
-            raise ApplyError("expected a numeric value, got text")
-        values = _numeric(action, lanes)
-    have = values.shape[-1]
-    if have != plan.in_dim:
-        raise ApplyError(f"expected {plan.in_dim}-dim model action, got shape ({have},)")
+def model_actions(plan: ActionPlan, action: Any, lead: tuple[int, ...] = ()) -> F32:
+    """The model's output as float32 ``(*lead, in_dim)`` (one action is flattened first).
+
+    Raises:
+        ApplyError: not numeric, or the wrong width.
+    """
+    values = _numeric(action, lead)
+    if values.shape[-1] != plan.in_dim:
+        raise ApplyError(
+            f"expected {plan.in_dim}-dim model action, got shape ({values.shape[-1]},)"
+        )
+    return values
+
+
+def record(plan: ActionPlan, values: F32, states: Sequence[EpisodeState]) -> None:
+    """Keep each lane's executed model action (rows of ``values``) for parts reading it."""
     if plan.previous:
-        rows = [values] if lanes is None else list(values)
+        rows = values.reshape(len(states), -1)
         for state, row in zip(states, rows, strict=True):
             state.record(row.copy())
+
+
+def convert_action(plan: ActionPlan, values: F32) -> F32:
+    """The env action(s) for float32 model actions ``(..., in_dim)`` (any leading axes:
+    lanes, chunk frames)."""
     lead = values.shape[:-1]
     pieces: list[F32] = []
     for segment in plan.segments:
