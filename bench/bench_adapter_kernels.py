@@ -19,15 +19,24 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from trio_rlmesh.adapters import _image_resample
-from trio_rlmesh.adapters._image import ImagePipeline, axis_weights, resample
-from trio_rlmesh.adapters._rotation import RotationConversion
+# RLMesh's side is built by the interop tests' helpers (one pairing per kernel).
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.adapters import wheel as reference  # noqa: E402
+
+from trio_rlmesh.adapters import _image_resample  # noqa: E402
+from trio_rlmesh.adapters._image import ImagePipeline, axis_weights, resample  # noqa: E402
+from trio_rlmesh.adapters._rotation import RotationConversion  # noqa: E402
 
 Call = Callable[[], object]
 
@@ -62,14 +71,6 @@ def side_by_side(
     return statistics.median(other), statistics.median(mine), statistics.median(ratios)
 
 
-def _image_adapter(adapt: Any, gym: Any, shape: tuple[int, int, int], **image: Any) -> Any:
-    observation = gym.spaces.Dict({"cam": gym.spaces.Box(0, 255, shape, np.uint8)})
-    gripper = adapt.Action(adapt.Actuator(adapt.ACTION_GRIPPER, 1))
-    tags = adapt.EnvTags(observation={"cam": adapt.ImageTag(adapt.IMAGE_PRIMARY)}, action=gripper)
-    spec = adapt.ModelSpec(input={"img": adapt.Image(adapt.IMAGE_PRIMARY, **image)}, output=gripper)
-    return adapt.resolve(tags, observation, gym.spaces.Box(-1, 1, (1,), np.float32), spec)
-
-
 class _Stack:
     """What a frame stack adds per call: keep the last ``depth`` outputs, stack them."""
 
@@ -97,7 +98,7 @@ def image_rows(
         ("bicubic_aa", 1),
         ("lanczos3_aa", 1),
     ]:
-        wheel = _image_adapter(adapt, gym, (256, 256, 3), size=224, resample=name, stack=stack)
+        wheel = reference.camera(adapt, gym, (256, 256, 3), size=224, resample=name, stack=stack)
         pipeline = ImagePipeline(size=(224, 224), resample=name, src_size=(256, 256))
         stacker = _Stack(stack)
         observation = {"cam": frame}
@@ -150,34 +151,6 @@ def resize_variants(seconds: float) -> list[tuple[str, float]]:
     ]
 
 
-def _state_adapter(adapt: Any, gym: Any, source: str, target: str) -> Any:
-    width = {"quat_xyzw": 4, "rot6d": 6, "axis_angle": 3}
-    observation = gym.spaces.Dict(
-        {"rot": gym.spaces.Box(-np.inf, np.inf, (width[source],), np.float32)}
-    )
-    gripper = adapt.Action(adapt.Actuator(adapt.ACTION_GRIPPER, 1))
-    tags = adapt.EnvTags(
-        observation={"rot": adapt.StateTag(adapt.EEF_ROT, encoding=source)}, action=gripper
-    )
-    spec = adapt.ModelSpec(input={"s": adapt.State(adapt.EEF_ROT, encoding=target)}, output=gripper)
-    return adapt.resolve(tags, observation, gym.spaces.Box(-1, 1, (1,), np.float32), spec)
-
-
-def _action_adapter(adapt: Any, gym: Any, model: str, env: str) -> Any:
-    width = {"quat_xyzw": 4, "rot6d": 6, "axis_angle": 3}
-    observation = gym.spaces.Dict({"g": gym.spaces.Box(-1, 1, (1,), np.float32)})
-    action = gym.spaces.Box(-np.inf, np.inf, (width[env],), np.float32)
-    tags = adapt.EnvTags(
-        observation={"g": adapt.StateTag(adapt.GRIPPER_POS)},
-        action=adapt.Action(adapt.Actuator(adapt.ACTION_EEF_ROT, width[env], encoding=env)),
-    )
-    spec = adapt.ModelSpec(
-        input={"s": adapt.State(adapt.GRIPPER_POS)},
-        output=adapt.Action(adapt.Actuator(adapt.ACTION_EEF_ROT, width[model], encoding=model)),
-    )
-    return adapt.resolve(tags, observation, action, spec)
-
-
 def rotation_rows(
     adapt: Any, gym: Any, rounds: int, seconds: float
 ) -> list[tuple[str, float, float, float]]:
@@ -185,7 +158,7 @@ def rotation_rows(
     rows = []
     for source, target in [("quat_xyzw", "rot6d"), ("rot6d", "axis_angle")]:
         value = rng.normal(size={"quat_xyzw": 4, "rot6d": 6}[source]).astype(np.float32)
-        wheel = _state_adapter(adapt, gym, source, target)
+        wheel = reference.rotation_state(adapt, gym, source, target)
         conversion = RotationConversion(source, target)
         observation = {"rot": value}
         rows.append(
@@ -200,7 +173,7 @@ def rotation_rows(
             )
         )
     value = rng.normal(size=6).astype(np.float32)
-    wheel = _action_adapter(adapt, gym, "rot6d", "quat_xyzw")
+    wheel = reference.rotation_action(adapt, gym, "rot6d", "quat_xyzw")
     conversion = RotationConversion("rot6d", "quat_xyzw")
     rows.append(
         (
