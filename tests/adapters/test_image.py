@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tests.adapters import wheel
+from tests.gym.test_png import encode as encode_png
 from trio_rlmesh import Error, SpecError
 from trio_rlmesh.adapters import _image_codec
 from trio_rlmesh.adapters._image import (
@@ -487,6 +488,23 @@ def test_png_bytes_keep_their_channels(
     assert np.array_equal(ImagePipeline(flip=True)(_png(pixels)), pixels[::-1, ::-1])
 
 
+@pytest.mark.parametrize("channels", [1, 2, 3, 4])
+@pytest.mark.parametrize("pillow", [True, False], ids=["pillow", "builtin"])
+def test_sixteen_bit_png_bytes_round_to_eight_bits_like_rlmesh(
+    channels: int, pillow: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # RLMesh's decoder maps a 16-bit sample v to (v + 128) // 257; Pillow alone keeps the
+    # high byte of colour samples (v >> 8), a step higher for some v, such as 55869.
+    if not pillow:
+        monkeypatch.setattr(_image_codec, "_pillow", lambda: None)
+    samples = np.random.default_rng(channels).integers(0, 65536, (5, 6, channels), np.uint16)
+    samples[0, 0, 0] = 55869  # (v + 128) // 257 = 217, v >> 8 = 218
+    image = samples if channels > 1 else samples[..., 0]
+    decoded = decode_image(encode_png(image, [0, 1, 2, 3, 4], depth=16))
+    assert decoded.shape == (5, 6, channels)
+    np.testing.assert_array_equal(decoded, (samples.astype(np.int64) + 128) // 257)
+
+
 def test_undecodable_bytes_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ImageDecodeError, match="neither PNG nor JPEG"):
         decode_image(b"not an image")
@@ -776,6 +794,10 @@ def test_png_bytes_match_rlmesh(rlmesh_adapters: Any) -> None:
             rlmesh_adapters, encoded.getvalue(), shape, size=20, resample="area", fit="crop"
         )
         np.testing.assert_array_equal(ours, theirs)
+    sixteen = np.random.default_rng(2).integers(0, 65536, (6, 5, 3), np.uint16)
+    data = encode_png(sixteen, [4, 1], depth=16)
+    ours, theirs = _compare(rlmesh_adapters, data, (6, 5, 3))
+    np.testing.assert_array_equal(ours, theirs)
 
 
 @pytest.mark.interop
