@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.adapters import wheel
+from tests.gym.test_png import encode as encode_png
 from trio_rlmesh import Error, SpecError
 from trio_rlmesh.adapters import _image_codec
 from trio_rlmesh.adapters._image import (
@@ -320,7 +322,7 @@ def test_to_uint8_maps_float_ranges_and_saturates_integers() -> None:
 def test_normalize_is_float32_arithmetic() -> None:
     out = normalize(np.array([0, 128, 255], np.uint8), -1.0, 1.0)
     assert out.dtype == np.float32
-    assert out.tolist() == [-1.0, np.float32(-1.0) + np.float32(128 / 255) * 2, 1.0]
+    assert out.tolist() == [-1.0, np.float32(-1.0) + np.float32(128 / 255) * np.float32(2), 1.0]
     # 3/255 in float32, scaled: the same bits RLMesh produces.
     assert normalize(np.array([3], np.uint8), 0.0, 1.0)[0] == np.float32(0.011764706)
 
@@ -399,7 +401,7 @@ def test_finish_is_the_blank_frame_path() -> None:
     out = ImagePipeline(normalize=(-1.0, 1.0), dtype="float64", dst_layout="chw").finish(blank)
     assert out.shape == (3, 2, 3)
     assert out.dtype == np.float64
-    assert np.all(out == np.float64(np.float32(-1) + np.float32(7 / 255) * 2))
+    assert np.all(out == np.float64(np.float32(-1) + np.float32(7 / 255) * np.float32(2)))
 
 
 def test_float_frames_map_their_range() -> None:
@@ -486,6 +488,23 @@ def test_png_bytes_keep_their_channels(
     assert np.array_equal(ImagePipeline(flip=True)(_png(pixels)), pixels[::-1, ::-1])
 
 
+@pytest.mark.parametrize("channels", [1, 2, 3, 4])
+@pytest.mark.parametrize("pillow", [True, False], ids=["pillow", "builtin"])
+def test_sixteen_bit_png_bytes_round_to_eight_bits_like_rlmesh(
+    channels: int, pillow: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # RLMesh's decoder maps a 16-bit sample v to (v + 128) // 257; Pillow alone keeps the
+    # high byte of colour samples (v >> 8), a step higher for some v, such as 55869.
+    if not pillow:
+        monkeypatch.setattr(_image_codec, "_pillow", lambda: None)
+    samples = np.random.default_rng(channels).integers(0, 65536, (5, 6, channels), np.uint16)
+    samples[0, 0, 0] = 55869  # (v + 128) // 257 = 217, v >> 8 = 218
+    image = samples if channels > 1 else samples[..., 0]
+    decoded = decode_image(encode_png(image, [0, 1, 2, 3, 4], depth=16))
+    assert decoded.shape == (5, 6, channels)
+    np.testing.assert_array_equal(decoded, (samples.astype(np.int64) + 128) // 257)
+
+
 def test_undecodable_bytes_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ImageDecodeError, match="neither PNG nor JPEG"):
         decode_image(b"not an image")
@@ -550,48 +569,16 @@ def rlmesh_adapters() -> Any:
     return pytest.importorskip("rlmesh.adapters")
 
 
-def _wheel_image(
-    adapt: Any,
-    shape: tuple[int, int, int],
-    *,
-    env_layout: str = "hwc",
-    env_upside_down: bool = False,
-    env_dtype: Any = np.uint8,
-    env_range: tuple[float, float] = (0, 255),
-    **image: Any,
-) -> Any:
-    """RLMesh's resolved adapter for one camera ``cam`` feeding one model input ``img``."""
-    gym = pytest.importorskip("gymnasium")
-    height, width, channels = shape
-    space_shape = shape if env_layout == "hwc" else (channels, height, width)
-    observation = gym.spaces.Dict(
-        {"cam": gym.spaces.Box(env_range[0], env_range[1], space_shape, env_dtype)}
-    )
-    action = gym.spaces.Box(-1, 1, (1,), np.float32)
-    gripper = adapt.Action(adapt.Actuator(adapt.ACTION_GRIPPER, 1))
-    tags = adapt.EnvTags(
-        observation={
-            "cam": adapt.ImageTag(
-                adapt.IMAGE_PRIMARY, layout=env_layout, upside_down=env_upside_down
-            )
-        },
-        action=gripper,
-    )
-    spec = adapt.ModelSpec(input={"img": adapt.Image(adapt.IMAGE_PRIMARY, **image)}, output=gripper)
-    return adapt.resolve(tags, observation, action, spec)
+def _gymnasium() -> Any:
+    return pytest.importorskip("gymnasium")
 
 
-def _our_image(
-    shape: tuple[int, int, int],
-    *,
-    env_layout: str = "hwc",
-    env_upside_down: bool = False,
-    env_dtype: Any = np.uint8,
-    env_range: tuple[float, float] = (0, 255),
-    **image: Any,
-) -> ImagePipeline:
-    """The pipeline our resolver builds for the same pairing (what it decides, by hand)."""
+def _our_image(shape: tuple[int, int, int], **kwargs: Any) -> ImagePipeline:
+    """The pipeline our resolver builds for :func:`wheel.camera`'s pairing (by hand)."""
+    image = dict(kwargs)
     height, width, _ = shape
+    env_dtype = np.dtype(image.pop("env_dtype", np.uint8))
+    env_range = image.pop("env_range", (0, 255))
     size = image.pop("size", None)
     target = (size, size) if size is not None else None
     if "height" in image or "width" in image:
@@ -601,9 +588,9 @@ def _our_image(
     normalize = image.pop("normalize", False)
     image.pop("allow_upscale", None)
     return ImagePipeline(
-        src_layout=env_layout,
-        src_range=tuple(map(float, env_range)) if np.dtype(env_dtype).kind == "f" else None,
-        flip=env_upside_down != image.pop("upside_down", False),
+        src_layout=image.pop("env_layout", "hwc"),
+        src_range=tuple(map(float, env_range)) if env_dtype.kind == "f" else None,
+        flip=image.pop("env_upside_down", False) != image.pop("upside_down", False),
         size=target,
         fit=image.pop("fit", None) or "stretch",
         normalize=None if normalize is False else (0.0, 1.0) if normalize is True else normalize,
@@ -616,7 +603,7 @@ def _our_image(
 def _compare(
     adapt: Any, frame: np.ndarray | bytes, shape: tuple[int, int, int], **kwargs: Any
 ) -> tuple[np.ndarray, np.ndarray]:
-    theirs = _wheel_image(adapt, shape, **kwargs).transform_obs({"cam": frame})["img"]
+    theirs = wheel.camera(adapt, _gymnasium(), shape, **kwargs).transform_obs({"cam": frame})["img"]
     ours = _our_image(shape, **kwargs)(frame)
     assert ours.shape == theirs.shape
     assert ours.dtype == theirs.dtype
@@ -731,9 +718,11 @@ def test_layouts_flips_and_dtypes_match_rlmesh_exactly(
 def test_refused_casts_match_rlmesh(rlmesh_adapters: Any, dtype: str, normalize: bool) -> None:
     frame = np.full((4, 4, 3), 200, np.uint8)
     frame[0, 0, 0] = 3
-    wheel = _wheel_image(rlmesh_adapters, frame.shape, dtype=dtype, normalize=normalize)
+    reference = wheel.camera(
+        rlmesh_adapters, _gymnasium(), frame.shape, dtype=dtype, normalize=normalize
+    )
     with pytest.raises(ValueError) as theirs:
-        wheel.transform_obs({"cam": frame})
+        reference.transform_obs({"cam": frame})
     with pytest.raises(CastError) as ours:
         _our_image(frame.shape, dtype=dtype, normalize=normalize)(frame)
     assert str(ours.value) == str(theirs.value)
@@ -805,6 +794,10 @@ def test_png_bytes_match_rlmesh(rlmesh_adapters: Any) -> None:
             rlmesh_adapters, encoded.getvalue(), shape, size=20, resample="area", fit="crop"
         )
         np.testing.assert_array_equal(ours, theirs)
+    sixteen = np.random.default_rng(2).integers(0, 65536, (6, 5, 3), np.uint16)
+    data = encode_png(sixteen, [4, 1], depth=16)
+    ours, theirs = _compare(rlmesh_adapters, data, (6, 5, 3))
+    np.testing.assert_array_equal(ours, theirs)
 
 
 @pytest.mark.interop

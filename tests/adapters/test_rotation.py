@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.adapters import wheel
 from trio_rlmesh.adapters import _rotation
 from trio_rlmesh.adapters._rotation import (
     DIRECTIONS,
@@ -248,39 +249,8 @@ def rlmesh_adapters() -> Any:
     return pytest.importorskip("rlmesh.adapters")
 
 
-def _wheel_state(adapt: Any, source: str, target: str, post: Any = None) -> Any:
-    """RLMesh's adapter reading an env rotation ``rot`` into a model state part ``s``."""
-    gym = pytest.importorskip("gymnasium")
-    observation = gym.spaces.Dict(
-        {"rot": gym.spaces.Box(-np.inf, np.inf, (ROTATION_DIMS[source],), np.float32)}
-    )
-    gripper = adapt.Action(adapt.Actuator(adapt.ACTION_GRIPPER, 1))
-    tags = adapt.EnvTags(
-        observation={"rot": adapt.StateTag(adapt.EEF_ROT, encoding=source)}, action=gripper
-    )
-    extra = {} if post is None else {"post_rotate": post}
-    spec = adapt.ModelSpec(
-        input={"s": adapt.State(adapt.EEF_ROT, encoding=target, **extra)}, output=gripper
-    )
-    return adapt.resolve(tags, observation, gym.spaces.Box(-1, 1, (1,), np.float32), spec)
-
-
-def _wheel_action(adapt: Any, model: str, env: str) -> Any:
-    """RLMesh's adapter turning a model rotation actuator into the env's encoding."""
-    gym = pytest.importorskip("gymnasium")
-    observation = gym.spaces.Dict({"g": gym.spaces.Box(-1, 1, (1,), np.float32)})
-    action = gym.spaces.Box(-np.inf, np.inf, (ROTATION_DIMS[env],), np.float32)
-    tags = adapt.EnvTags(
-        observation={"g": adapt.StateTag(adapt.GRIPPER_POS)},
-        action=adapt.Action(adapt.Actuator(adapt.ACTION_EEF_ROT, ROTATION_DIMS[env], encoding=env)),
-    )
-    spec = adapt.ModelSpec(
-        input={"s": adapt.State(adapt.GRIPPER_POS)},
-        output=adapt.Action(
-            adapt.Actuator(adapt.ACTION_EEF_ROT, ROTATION_DIMS[model], encoding=model)
-        ),
-    )
-    return adapt.resolve(tags, observation, action, spec)
+def _gymnasium() -> Any:
+    return pytest.importorskip("gymnasium")
 
 
 def _random(encoding: str, count: int, seed: int) -> np.ndarray:
@@ -308,8 +278,8 @@ def _random(encoding: str, count: int, seed: int) -> np.ndarray:
 def test_state_conversions_match_rlmesh(rlmesh_adapters: Any, source: str) -> None:
     values = _random(source, 120, len(source))
     for target in TARGETS:
-        wheel = _wheel_state(rlmesh_adapters, source, target)
-        theirs = np.stack([wheel.transform_obs({"rot": value})["s"] for value in values])
+        reference = wheel.rotation_state(rlmesh_adapters, _gymnasium(), source, target)
+        theirs = np.stack([reference.transform_obs({"rot": value})["s"] for value in values])
         batch = convert_rotation(values, source, target)
         one_by_one = np.stack([convert_rotation(value, source, target) for value in values])
         np.testing.assert_allclose(batch, theirs, rtol=0, atol=1e-6, err_msg=target)
@@ -334,8 +304,8 @@ def test_post_rotate_matches_rlmesh(
     for source in ROTATIONS:
         values = _random(source, 30, 3)
         for target in TARGETS:
-            wheel = _wheel_state(rlmesh_adapters, source, target, post)
-            theirs = np.stack([wheel.transform_obs({"rot": value})["s"] for value in values])
+            reference = wheel.rotation_state(rlmesh_adapters, _gymnasium(), source, target, post)
+            theirs = np.stack([reference.transform_obs({"rot": value})["s"] for value in values])
             ours = RotationConversion(source, target, matrix)(values)
             np.testing.assert_allclose(
                 ours, theirs, rtol=0, atol=1e-6, err_msg=f"{source}->{target}"
@@ -347,7 +317,7 @@ def test_post_rotate_matches_rlmesh(
 def test_action_conversions_match_rlmesh(rlmesh_adapters: Any, model: str) -> None:
     values = _random(model, 40, 11)
     for env in ROTATIONS:
-        wheel = _wheel_action(rlmesh_adapters, model, env)
-        theirs = np.stack([wheel.transform_action(value) for value in values])
+        reference = wheel.rotation_action(rlmesh_adapters, _gymnasium(), model, env)
+        theirs = np.stack([reference.transform_action(value) for value in values])
         ours = convert_rotation(values, model, env)
         np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-6, err_msg=env)

@@ -5,8 +5,9 @@ API (stable; :mod:`._image` uses it):
 - :func:`decode_image(data) <decode_image>` → ``(H, W, C)`` uint8 with the image's own
   channel count, as RLMesh decodes it: gray 1, gray+alpha 2, RGBA 4, anything else
   (RGB, palette, CMYK) 3; a palette with transparency is RGBA; 16-bit samples become
-  ``(v + 128) // 257``. PNG and JPEG; Pillow decodes when it is installed, otherwise PNGs go
-  through the package's own decoder (8-bit, not interlaced) and JPEG is refused.
+  ``(v + 128) // 257``. PNG and JPEG; Pillow decodes when it is installed (but 16-bit
+  PNGs go through the package's own decoder, which keeps every bit), otherwise PNGs go
+  through that decoder (8 or 16 bits, no palette, not interlaced) and JPEG is refused.
 - :func:`jpeg_round_trip(pixels, quality) <jpeg_round_trip>`: ``(..., H, W, 3)`` uint8
   through a baseline JPEG encoder (standard IJG tables scaled to ``quality``, 4:2:0 chroma)
   and back, with Pillow. RLMesh encodes with its own Rust codec, so the artifacts agree on
@@ -86,6 +87,11 @@ def _from_pillow(image: object) -> npt.NDArray[np.uint8]:
     return pixels[..., None] if pixels.ndim == 2 else pixels
 
 
+def _sixteen_bit_png(data: bytes) -> bool:
+    # The IHDR chunk comes first: 8 signature bytes, length, type, width, height, bit depth.
+    return data.startswith(_PNG) and len(data) > 24 and data[24] == 16
+
+
 def decode_image(data: bytes) -> npt.NDArray[np.uint8]:
     """The ``(H, W, C)`` uint8 pixels of PNG or JPEG ``data``.
 
@@ -94,7 +100,9 @@ def decode_image(data: bytes) -> npt.NDArray[np.uint8]:
             the built-in decoder does not read; the message says what to install.
     """
     pillow = _pillow()
-    if pillow is not None and data.startswith((_PNG, _JPEG)):
+    # 16-bit PNGs: Pillow keeps only the high byte of colour samples, RLMesh rounds
+    # (v + 128) // 257; the built-in decoder reads the samples themselves.
+    if pillow is not None and data.startswith((_PNG, _JPEG)) and not _sixteen_bit_png(data):
         try:
             with pillow.open(io.BytesIO(data)) as image:
                 image.load()
@@ -103,11 +111,13 @@ def decode_image(data: bytes) -> npt.NDArray[np.uint8]:
             raise ImageDecodeError(f"could not decode image bytes: {exc}") from None
     if data.startswith(_PNG):
         try:
-            pixels = decode_png(data)
+            pixels = decode_png(data, sixteen_bit=True)
         except PngError as exc:
             raise ImageDecodeError(
                 f"could not decode image bytes: {exc}; Pillow reads every PNG: {ADAPTERS_EXTRA}"
             ) from None
+        if pixels.dtype == np.uint16:
+            pixels = ((pixels.astype(np.uint32) + 128) // 257).astype(np.uint8)
         return pixels[..., None] if pixels.ndim == 2 else pixels
     if data.startswith(_JPEG):
         raise ImageDecodeError(f"decoding JPEG observations needs Pillow: {ADAPTERS_EXTRA}")
