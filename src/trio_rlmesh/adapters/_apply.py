@@ -10,7 +10,8 @@ records are per lane, as they belong to each lane's episode.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import importlib
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from ._plans import (
     FillPiece,
     ImagePlan,
     PreviousPiece,
+    RangeMap,
     StatePlan,
     TextPlan,
 )
@@ -46,6 +48,26 @@ __all__ = [
 
 Segments = tuple["str | int", ...]
 F32 = npt.NDArray[np.float32]
+
+
+def _clip_ufunc() -> Callable[..., Any]:
+    """The ``clip`` ufunc behind ``np.clip`` (whose Python wrapper costs more than the clip
+    itself on a short vector); ``np.clip`` where it is not found."""
+    for module in ("numpy._core.umath", "numpy.core.umath"):  # numpy 2, numpy 1
+        try:
+            return importlib.import_module(module).clip  # type: ignore[no-any-return]
+        except (ImportError, AttributeError):
+            continue
+    return np.clip  # pragma: no cover
+
+
+_CLIP = _clip_ufunc()
+
+
+def _clip(values: F32, bounds: tuple[float, float]) -> F32:
+    """``np.clip`` in float32 (``-0.0`` stays ``-0.0`` at a bound of ``0.0``, as Rust's
+    ``clamp`` keeps it, where ``np.maximum`` would not)."""
+    return _CLIP(values, np.float32(bounds[0]), np.float32(bounds[1]))  # type: ignore[no-any-return]
 
 
 def select_referenced(plan: AdapterPlan, obs: Any) -> dict[str, Any]:
@@ -87,21 +109,20 @@ def lookup(selected: Mapping[str, Any], source: Segments) -> Any:
         )
     node = selected[key]
     path = source if key == OBS_ROOT_KEY else source[1:]
-    shown = render_placement(path)
     for segment in path:
         if isinstance(segment, str) and isinstance(node, Mapping):
             if segment not in node:
                 available = ", ".join(f"'{k}'" for k in node)
                 raise ApplyError(
-                    f"observation path '{shown}' is missing key '{segment}'; available: "
-                    f"[{available}]"
+                    f"observation path '{render_placement(path)}' is missing key '{segment}'; "
+                    f"available: [{available}]"
                 )
             node = node[segment]
         elif isinstance(segment, int) and isinstance(node, (list, tuple)):
             if segment >= len(node):
                 raise ApplyError(
-                    f"observation path '{shown}' index [{segment}] is out of range (len "
-                    f"{len(node)})"
+                    f"observation path '{render_placement(path)}' index [{segment}] is out of "
+                    f"range (len {len(node)})"
                 )
             node = node[segment]
         else:
@@ -114,7 +135,8 @@ def lookup(selected: Mapping[str, Any], source: Segments) -> Any:
                 )
             )
             raise ApplyError(
-                f"observation path '{shown}' expected {want} at {at}, got {_kind(node)}"
+                f"observation path '{render_placement(path)}' expected {want} at {at}, got "
+                f"{_kind(node)}"
             )
     return node
 
@@ -129,6 +151,9 @@ def _fetch(selected: Any, source: Segments, lanes: int | None) -> Any:
 def _numeric(value: Any, lead: tuple[int, ...] = ()) -> F32:
     """A numeric value as float32 with the given leading axes and one flat axis after them
     (one observation's leaf is flattened, as RLMesh reads it)."""
+    if type(value) is np.ndarray and value.dtype.char in "fd":
+        # float32 as is; float64 rounds once either way (through float64 or not).
+        return value.astype(np.float32, copy=False).reshape(*lead, -1)
     if isinstance(value, Mapping):
         if "data" not in value:
             keys = ", ".join(f"'{k}'" for k in value)
@@ -174,9 +199,11 @@ def _state(
             parts.append(_previous(piece, states, lanes))
         else:
             parts.append(_env_piece(piece, selected, lanes))
-    values = np.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
+    # One part may still be a view of the observation (or a broadcast constant): copy it, so
+    # the payload never aliases what the env may write into next step.
+    values = np.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0].copy()
     if plan.clip is not None:
-        values = np.clip(values, np.float32(plan.clip[0]), np.float32(plan.clip[1]))
+        values = _clip(values, plan.clip)
     width = values.shape[-1]
     if plan.pad_to is not None:
         if width > plan.pad_to:
@@ -229,22 +256,20 @@ def _env_piece(piece: EnvPiece, selected: Any, lanes: int | None) -> F32:
         values = piece.convert(values)
     if piece.select is not None:
         values = values[..., piece.select]
-    if piece.src_range is not None and piece.dst_range is not None:
-        values = _map_range(values, piece.src_range, piece.dst_range)
+    if piece.range_map is not None:
+        values = _map_range(values, piece.range_map)
     if piece.scale is not None:
-        values = values * piece.scale.astype(np.float32)
+        values = values * piece.scale
     if piece.offset is not None:
-        values = values + piece.offset.astype(np.float32)
+        values = values + piece.offset
     return values
 
 
-def _map_range(values: F32, src: tuple[float, float], dst: tuple[float, float]) -> F32:
-    low, high = np.float32(src[0]), np.float32(src[1])
-    dst_low, dst_high = np.float32(dst[0]), np.float32(dst[1])
-    span = high - low
-    if span == 0:
+def _map_range(values: F32, affine: RangeMap) -> F32:
+    if affine.src_span == 0:
         raise ApplyError("source range for an affine map has zero width")
-    return np.asarray((values - low) / span * (dst_high - dst_low) + dst_low, np.float32)
+    mapped = (values - affine.src_low) / affine.src_span * affine.dst_span + affine.dst_low
+    return np.asarray(mapped, np.float32)
 
 
 def _previous(piece: PreviousPiece, states: Sequence[EpisodeState], lanes: int | None) -> F32:
@@ -430,8 +455,8 @@ def convert_action(plan: ActionPlan, values: F32) -> F32:
         piece = values[..., segment.start : segment.stop]
         if segment.convert is not None:
             piece = segment.convert(piece)
-        if segment.src_range is not None and segment.dst_range is not None:
-            piece = _map_range(piece, segment.src_range, segment.dst_range)
+        if segment.range_map is not None:
+            piece = _map_range(piece, segment.range_map)
         piece = _corrections(
             piece,
             segment.model_scale,
@@ -450,25 +475,22 @@ def convert_action(plan: ActionPlan, values: F32) -> F32:
                 snapped = np.where(piece == 0, piece, snapped)
             piece = snapped.astype(np.float32)
         if segment.clip is not None:
-            piece = np.clip(piece, np.float32(segment.clip[0]), np.float32(segment.clip[1]))
+            piece = _clip(piece, segment.clip)
         pieces.append(piece)
-    out = np.concatenate(pieces, axis=-1) if len(pieces) > 1 else pieces[0]
+    # A lone piece may be a view of the model's output: the env gets an array of its own.
+    out = np.concatenate(pieces, axis=-1) if len(pieces) > 1 else pieces[0].copy()
     if plan.clip is not None:
-        out = np.clip(out, np.float32(plan.clip[0]), np.float32(plan.clip[1]))
+        out = _clip(out, plan.clip)
     return np.ascontiguousarray(out, dtype=np.float32)
 
 
 def _corrections(
-    piece: F32,
-    scale: npt.NDArray[np.float64] | None,
-    offset: npt.NDArray[np.float64] | None,
-    invert: bool,
-    threshold: float | None,
+    piece: F32, scale: F32 | None, offset: F32 | None, invert: bool, threshold: float | None
 ) -> F32:
     if scale is not None:
-        piece = piece * scale.astype(np.float32)
+        piece = piece * scale
     if offset is not None:
-        piece = piece + offset.astype(np.float32)
+        piece = piece + offset
     if invert:
         piece = -piece
     if threshold is not None:

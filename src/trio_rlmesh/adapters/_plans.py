@@ -30,12 +30,45 @@ __all__ = [
     "ObsPlan",
     "Piece",
     "PreviousPiece",
+    "RangeMap",
     "StatePlan",
     "TextPlan",
 ]
 
 Segments = tuple["str | int", ...]
-FloatArray: TypeAlias = npt.NDArray[np.float64]
+F32Array: TypeAlias = npt.NDArray[np.float32]
+
+
+def _f32(values: npt.ArrayLike | None) -> F32Array | None:
+    """Scale and offset terms as float32, the precision they are applied in (a 0-d array for
+    one number, which broadcasts over a slice whatever its width)."""
+    return None if values is None else np.asarray(values, np.float64).astype(np.float32)
+
+
+@attrs.frozen
+class RangeMap:
+    """The affine map of one range onto another, in float32:
+    ``(x - src_low) / src_span * dst_span + dst_low``."""
+
+    src_low: np.float32
+    src_span: np.float32
+    dst_low: np.float32
+    dst_span: np.float32
+
+    @classmethod
+    def between(
+        cls, src: tuple[float, float] | None, dst: tuple[float, float] | None
+    ) -> RangeMap | None:
+        """The map of ``src`` onto ``dst``, or ``None`` when either is absent."""
+        if src is None or dst is None:
+            return None
+        low, high = np.float32(src[0]), np.float32(src[1])
+        dst_low, dst_high = np.float32(dst[0]), np.float32(dst[1])
+        return cls(low, high - low, dst_low, dst_high - dst_low)
+
+
+def _range_map(plan: EnvPiece | ActionSegment) -> RangeMap | None:
+    return RangeMap.between(plan.src_range, plan.dst_range)
 
 
 @attrs.frozen
@@ -96,9 +129,12 @@ class EnvPiece:
     """Indices taken after conversion (a label permutation, an index, a leading dim)."""
     src_range: tuple[float, float] | None
     dst_range: tuple[float, float] | None
-    scale: FloatArray | None
-    offset: FloatArray | None
+    scale: F32Array | None = attrs.field(converter=_f32)
+    offset: F32Array | None = attrs.field(converter=_f32)
     out_width: int
+    range_map: RangeMap | None = attrs.field(
+        init=False, default=attrs.Factory(_range_map, takes_self=True)
+    )
 
 
 @attrs.frozen
@@ -196,16 +232,19 @@ class ActionSegment:
     convert: RotationConversion | None = None
     src_range: tuple[float, float] | None = None
     dst_range: tuple[float, float] | None = None
-    model_scale: FloatArray | None = None
-    model_offset: FloatArray | None = None
+    model_scale: F32Array | None = attrs.field(default=None, converter=_f32)
+    model_offset: F32Array | None = attrs.field(default=None, converter=_f32)
     model_invert: bool = False
     model_threshold: float | None = None
-    scale: FloatArray | None = None
-    offset: FloatArray | None = None
+    scale: F32Array | None = attrs.field(default=None, converter=_f32)
+    offset: F32Array | None = attrs.field(default=None, converter=_f32)
     invert: bool = False
     threshold: float | None = None
     binarize: bool = False
     clip: tuple[float, float] | None = None
+    range_map: RangeMap | None = attrs.field(
+        init=False, default=attrs.Factory(_range_map, takes_self=True)
+    )
 
 
 @attrs.frozen
