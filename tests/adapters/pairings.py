@@ -387,6 +387,15 @@ PAIRINGS: dict[str, Callable[[ModuleType], Pairing]] = {
             A.Actuator(A.ACTION_GRIPPER, 1),
         ),
     ),
+    # Replayed steps before an episode's first payload count no step: that payload reads the
+    # Previous fill (steps 1 and 5), and the actions converted before it are not recorded.
+    "previous_counts_from_first_payload": lambda A: arm(
+        A,
+        {"s": A.Concat(A.EEF_POS, A.Previous(A.ACTION_GRIPPER, fill=-0.75))},
+        steps=6,
+        observe_at=(0, 3, 4),
+        reset_at=(3,),
+    ),
     "error_provenances_listed": lambda A: _twin_provenance(A, {"q": A.State(A.JOINT_POS)}),
     "provenance_picks_a_leaf": lambda A: _twin_provenance(
         A, {"q": A.State(A.JOINT_POS, provenance=("estimated", "privileged"))}

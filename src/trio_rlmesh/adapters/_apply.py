@@ -416,7 +416,7 @@ def observe(
     if not (plan.stacked or plan.reads_previous):
         return
     for state in states:
-        state.tick()
+        state.tick_observed()
     for image in plan.stacked:
         _stack(image, _image(image, selected, lanes), states, lanes)
 

@@ -4,9 +4,12 @@ An :class:`EpisodeState` belongs to one episode of one lane; the plan it serves 
 and never changes. A new episode starts with a new (or :meth:`~EpisodeState.reset`) state,
 so two lanes, or two episodes of one lane, never see each other's frames.
 
-Steps are counted the way RLMesh counts them: each observation the adapter sees (assembled
-into a payload, or only observed on a step that replayed a queued action) is the next step
-of the episode, and the action converted after it is recorded as that step's action.
+Steps are counted the way RLMesh counts them: an episode's first payload is its step 0;
+after it, each observation the adapter sees (assembled into a payload, or only observed on a
+step that replayed a queued action) is the next step, and the action converted after it is
+recorded as that step's action. Observations only observed before the first payload enter
+the frame windows but count no step (and actions before it are not recorded), so that
+payload reads the ``Previous`` fill.
 """
 
 from __future__ import annotations
@@ -49,9 +52,15 @@ class EpisodeState:
         self.actions.clear()
 
     def tick(self) -> int:
-        """Count one more observation; its step."""
+        """Count one more observation, assembled into a payload; its step."""
         self.step += 1
         return self.step
+
+    def tick_observed(self) -> None:
+        """Count an observation that was only observed (no payload): a step once the
+        episode's first payload was made, nothing before it."""
+        if self.step >= 0:
+            self.step += 1
 
     def record(self, action: npt.NDArray[np.float32]) -> None:
         """Keep ``action`` as the action executed at the current step (none before the first)."""
