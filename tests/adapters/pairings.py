@@ -173,6 +173,19 @@ def _twin_provenance(A: ModuleType, inputs: Any) -> Pairing:
     )
 
 
+def _labelled_joints(A: ModuleType, env_labels: tuple[str, ...]) -> Pairing:
+    """A model emitting joints labelled ``a, b`` for an env labelling them ``env_labels``."""
+    return custom(
+        A,
+        {"q": A.StateTag(A.JOINT_POS)},
+        S.Dict({"q": box(2)}),
+        A.Action(A.Actuator(A.ACTION_JOINT_POS, 2, labels=env_labels)),
+        box(2),
+        {"q": A.State(A.JOINT_POS)},
+        A.Action(A.Actuator(A.ACTION_JOINT_POS, 2, labels=("a", "b"))),
+    )
+
+
 def _quat(obs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for o in obs:  # unit quaternions, as a real env sends
         if "quat" in o:
@@ -396,6 +409,8 @@ PAIRINGS: dict[str, Callable[[ModuleType], Pairing]] = {
         observe_at=(0, 3, 4),
         reset_at=(3,),
     ),
+    "action_labels_permute": lambda A: _labelled_joints(A, ("b", "a")),
+    "error_action_labels": lambda A: _labelled_joints(A, ("a", "c")),
     "error_provenances_listed": lambda A: _twin_provenance(A, {"q": A.State(A.JOINT_POS)}),
     "provenance_picks_a_leaf": lambda A: _twin_provenance(
         A, {"q": A.State(A.JOINT_POS, provenance=("estimated", "privileged"))}

@@ -84,12 +84,20 @@ def _plain(digits: str, exponent: int) -> str:
     return digits[: exponent + 1] + "." + digits[exponent + 1 :]
 
 
-def display_float(value: float) -> str:
-    """Rust's ``{}`` for an ``f64``: ``1``, ``0.5``, ``-2.25``, ``0.0000001``."""
+def _non_finite(value: float) -> str | None:
+    """Rust's spelling of NaN and the infinities (both formats agree), else ``None``."""
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
+    return None
+
+
+def display_float(value: float) -> str:
+    """Rust's ``{}`` for an ``f64``: ``1``, ``0.5``, ``-2.25``, ``0.0000001``."""
+    special = _non_finite(value)
+    if special is not None:
+        return special
     sign = "-" if math.copysign(1.0, value) < 0 else ""
     if value == 0:
         return sign + "0"
@@ -99,10 +107,9 @@ def display_float(value: float) -> str:
 
 def debug_float(value: float) -> str:
     """Rust's ``{:?}`` for an ``f64``: ``1.0``, ``0.5``, ``1e-5``, ``1e16``."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
+    special = _non_finite(value)
+    if special is not None:
+        return special
     sign = "-" if math.copysign(1.0, value) < 0 else ""
     if value == 0:
         return sign + "0.0"

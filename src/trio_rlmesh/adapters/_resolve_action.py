@@ -12,7 +12,7 @@ from ._advice import Advisory
 from ._fmt import debug_float, display_float, quoted, quoted_list
 from ._join import EnvActuator
 from ._plans import ActionPlan, ActionSegment
-from ._resolve_common import Notes, by_part, fail, identity, offers
+from ._resolve_common import Notes, by_part, fail, gather, identity, label_gaps, offers
 from ._rotation import RotationConversion
 from ._vocab import ROTATION_DIMS, fixed_dim
 
@@ -133,22 +133,13 @@ def _permutation(
             f"action role {quoted(role)}: the model names labels {quoted_list(wanted)} but the env "
             "actuator declares none; label the env actuator (labels=) so the axes can be aligned"
         )
-    lacks_model = [label for label in have if label not in wanted]
-    lacks_env = [label for label in wanted if label not in have]
-    if lacks_model or lacks_env:
-        reasons = []
-        if lacks_model:
-            reasons.append(f"the model lacks {quoted_list(lacks_model)}")
-        if lacks_env:
-            reasons.append(f"the env actuator lacks {quoted_list(lacks_env)}")
+    gaps = label_gaps(("model", wanted), ("env actuator", have))
+    if gaps is not None:
         fail(
             f"action role {quoted(role)}: the model names labels {quoted_list(wanted)} but "
-            f"{' and '.join(reasons)}; the two must name the same set"
+            f"{gaps}; the two must name the same set"
         )
-    order = [list(wanted).index(label) for label in have]
-    if order == list(range(len(order))):
-        return None
-    return np.asarray(order, dtype=np.intp)
+    return gather(wanted, have)
 
 
 def _check_facts(model: Actuator, env: Actuator, role: str, notes: Notes) -> str:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import attrs
+import numpy as np
 
 from ._advice import Advisory
 from ._errors import AdapterResolutionError
@@ -18,8 +19,10 @@ if TYPE_CHECKING:
 __all__ = [
     "Notes",
     "fail",
+    "gather",
     "identity",
     "kind_of_role_error",
+    "label_gaps",
     "offers",
     "refuse_unknown_kind",
     "where",
@@ -32,6 +35,26 @@ _ROLE_KINDS = ("image/", "proprio/", "text/", "action/", "command/")
 
 def fail(message: str) -> NoReturn:
     raise AdapterResolutionError(message)
+
+
+def label_gaps(first: tuple[str, Sequence[str]], second: tuple[str, Sequence[str]]) -> str | None:
+    """What each side's labels lack of the other's (``"the env lacks [...] and the model
+    lacks [...]"``, each side as ``(its name, its labels)``), or ``None`` when they agree."""
+    reasons = []
+    for (name, labels), (_, other) in ((first, second), (second, first)):
+        lacking = [label for label in other if label not in labels]
+        if lacking:
+            reasons.append(f"the {name} lacks {quoted_list(lacking)}")
+    return " and ".join(reasons) or None
+
+
+def gather(source: Sequence[str], target: Sequence[str]) -> np.ndarray[Any, Any] | None:
+    """Indices taking axes labelled ``source`` into the order of ``target`` (the same set),
+    or ``None`` when the orders already agree."""
+    order = [list(source).index(label) for label in target]
+    if order == list(range(len(order))):
+        return None
+    return np.asarray(order, dtype=np.intp)
 
 
 def where(placement: Segments) -> str:

@@ -18,7 +18,9 @@ from ._resolve_common import (
     Notes,
     by_part,
     fail,
+    gather,
     identity,
+    label_gaps,
     offers,
     refuse_unknown_kind,
     where,
@@ -218,22 +220,13 @@ def _labels_permutation(
             f"{quoted_list(wanted)} but the {lacking} declares none; label the {lacking} "
             "(labels=) so the axes can be aligned"
         )
-    missing_env = [label for label in wanted if label not in have]
-    missing_model = [label for label in have if label not in wanted]
-    if missing_env or missing_model:
-        reasons = []
-        if missing_env:
-            reasons.append(f"the {lacking} lacks {quoted_list(missing_env)}")
-        if missing_model:
-            reasons.append(f"the model input lacks {quoted_list(missing_model)}")
+    gaps = label_gaps((lacking, have), ("model input", wanted))
+    if gaps is not None:
         fail(
             f"model input {where(at)}: state role {quoted(role)} names labels "
-            f"{quoted_list(wanted)} but {' and '.join(reasons)}; the two must name the same set"
+            f"{quoted_list(wanted)} but {gaps}; the two must name the same set"
         )
-    order = [list(have).index(label) for label in wanted]
-    if order == list(range(len(order))):
-        return None
-    return np.asarray(order, dtype=np.intp)
+    return gather(have, wanted)
 
 
 def _axis(

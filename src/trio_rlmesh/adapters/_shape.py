@@ -100,6 +100,15 @@ def _scaled(out: dict[str, Any], spec: Any) -> None:
             out[name] = value
 
 
+def _present(out: dict[str, Any], spec: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """``out`` with each of ``spec``'s ``names`` that is set (labels as a list), in order."""
+    for name in names:
+        value = getattr(spec, name)
+        if value is not None:
+            out[name] = list(value) if name == "labels" else value
+    return out
+
+
 def _actuator_to_dict(actuator: Actuator) -> dict[str, Any]:
     out: dict[str, Any] = {} if actuator.role is None else {"role": actuator.role}
     out["dim"] = actuator.dim
@@ -112,13 +121,7 @@ def _actuator_to_dict(actuator: Actuator) -> dict[str, Any]:
     for name in ("invert", "clip", "optional"):
         if getattr(actuator, name):
             out[name] = True
-    for name in ("threshold", "frame", "reference", "part"):
-        value = getattr(actuator, name)
-        if value is not None:
-            out[name] = value
-    if actuator.labels is not None:
-        out["labels"] = list(actuator.labels)
-    return out
+    return _present(out, actuator, ("threshold", "frame", "reference", "part", "labels"))
 
 
 def action_to_dict(action: Action) -> dict[str, Any]:
@@ -161,13 +164,7 @@ def _action_from_dict(data: Mapping[str, Any]) -> Action:
 
 
 def _facts(out: dict[str, Any], leaf: StateTag | Field) -> dict[str, Any]:
-    for name in ("frame", "provenance", "part"):
-        value = getattr(leaf, name)
-        if value is not None:
-            out[name] = value
-    if leaf.labels is not None:
-        out["labels"] = list(leaf.labels)
-    return out
+    return _present(out, leaf, ("frame", "provenance", "part", "labels"))
 
 
 def _obs_leaf_to_dict(leaf: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ matched on exact agreement, and an ``x/`` prefix marks one as intentionally non-
 
 from __future__ import annotations
 
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias, get_args
 
 __all__ = [
     "ACTION_DELTA_POS",
@@ -28,10 +28,10 @@ __all__ = [
     "EEF_POS",
     "EEF_ROT",
     "EEF_WRENCH",
+    "ENCODING_ORDER",
     "ENV_BRANCH_METADATA_KEY",
     "ENV_METADATA_KEY",
     "FIT_MODES",
-    "FRAMES",
     "GRIPPER_POS",
     "HEAD",
     "IMAGE_LAYOUTS",
@@ -48,12 +48,11 @@ __all__ = [
     "MAX_STACK_SPAN",
     "MODEL_METADATA_KEY",
     "PARTS",
-    "PROVENANCES",
-    "REFERENCES",
     "RESAMPLES",
     "RIGHT_ARM",
     "RIGHT_LEG",
     "ROTATION_DIMS",
+    "STACK_PADS",
     "TORSO",
     "ChannelOrder",
     "CropMode",
@@ -169,25 +168,6 @@ ROTATION_DIMS: Final[dict[str, int]] = {
     "rot6d": 6,
     "rot6d_rowmajor": 6,
 }
-# Wire order of the encodings (how RLMesh lists them in messages).
-ENCODING_ORDER: Final = (
-    "quat_xyzw",
-    "quat_wxyz",
-    "axis_angle",
-    "rot6d",
-    "rot6d_rowmajor",
-    "euler_xyz",
-    "gravity_xyz",
-)
-IMAGE_LAYOUTS: Final = ["hwc", "chw"]
-RESAMPLES: Final = ["bilinear", "bilinear_aa", "bicubic_aa", "lanczos3_aa", "area"]
-CROP_MODES: Final = ["zoom", "slice"]
-CHANNEL_ORDERS: Final = ["rgb", "bgr"]
-FIT_MODES: Final = ("stretch", "crop", "pad")
-FRAMES: Final = ("world", "robot_base", "tool")
-REFERENCES: Final = ("current", "target")
-PROVENANCES: Final = ("sensed", "estimated", "privileged")
-STACK_PADS: Final = ("first", "black")
 
 MAX_STACK: Final = 64
 """Most frames one image input may stack."""
@@ -216,3 +196,12 @@ CropMode: TypeAlias = Literal["zoom", "slice"]
 ChannelOrder: TypeAlias = Literal["rgb", "bgr"]
 StackSpec: TypeAlias = tuple[int, ...]
 StackPad: TypeAlias = Literal["first", "black"]
+
+# Each choice's names in RLMesh's order (how its messages list them), from its type.
+ENCODING_ORDER: Final[tuple[str, ...]] = get_args(RotationEncoding)
+IMAGE_LAYOUTS: Final[tuple[str, ...]] = get_args(ImageLayout)
+RESAMPLES: Final[tuple[str, ...]] = get_args(Resample)
+CROP_MODES: Final[tuple[str, ...]] = get_args(CropMode)
+CHANNEL_ORDERS: Final[tuple[str, ...]] = get_args(ChannelOrder)
+FIT_MODES: Final[tuple[str, ...]] = get_args(FitMode)
+STACK_PADS: Final[tuple[str, ...]] = get_args(StackPad)

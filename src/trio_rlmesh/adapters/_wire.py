@@ -22,7 +22,15 @@ import attrs
 
 from .._errors import SpecError
 from ._fmt import debug_float, display_float, quoted, render_placement
-from ._vocab import ENCODING_ORDER, MAX_STACK, ROTATION_DIMS
+from ._vocab import (
+    CHANNEL_ORDERS,
+    CROP_MODES,
+    ENCODING_ORDER,
+    IMAGE_LAYOUTS,
+    MAX_STACK,
+    ROTATION_DIMS,
+    STACK_PADS,
+)
 
 __all__ = [
     "Reading",
@@ -327,7 +335,7 @@ def _read_image(raw: Mapping[str, Any], segments: Segments, reading: Reading) ->
         out["part"] = part
     out["height"] = _opt_count(f.get("height"))
     out["width"] = _opt_count(f.get("width"))
-    out["layout"] = _variant(f.get("layout", "hwc"), ("hwc", "chw"))
+    out["layout"] = _variant(f.get("layout", "hwc"), IMAGE_LAYOUTS)
     channels = _opt_count(f.get("channels"))
     if channels is not None:
         out["channels"] = channels
@@ -358,7 +366,7 @@ def _read_image(raw: Mapping[str, Any], segments: Segments, reading: Reading) ->
             if not 0.0 < fraction <= 1.0:
                 _fail(f"must be a fraction in (0, 1], got {_show_number(value)}")
             out[name] = fraction
-    crop_mode = _variant(f.get("crop_mode", "zoom"), ("zoom", "slice"))
+    crop_mode = _variant(f.get("crop_mode", "zoom"), CROP_MODES)
     if crop_mode != "zoom":
         out["crop_mode"] = crop_mode
     quality = f.get("jpeg_quality")
@@ -367,7 +375,7 @@ def _read_image(raw: Mapping[str, Any], segments: Segments, reading: Reading) ->
         if not 1 <= quality <= 100:
             _fail(f"jpeg_quality must be between 1 and 100, got {quality}")
         out["jpeg_quality"] = quality
-    channel_order = _variant(f.get("channel_order", "rgb"), ("rgb", "bgr"))
+    channel_order = _variant(f.get("channel_order", "rgb"), CHANNEL_ORDERS)
     if channel_order != "rgb":
         out["channel_order"] = channel_order
     render = f.get("render")
@@ -376,7 +384,7 @@ def _read_image(raw: Mapping[str, Any], segments: Segments, reading: Reading) ->
     offsets = f.get("offsets")
     if offsets is not None:
         out["offsets"] = [_whole(v) for v in _sequence(offsets)]
-    stack_pad = _variant(f.get("stack_pad", "first"), ("first", "black"))
+    stack_pad = _variant(f.get("stack_pad", "first"), STACK_PADS)
     if stack_pad != "first":
         out["stack_pad"] = stack_pad
     return _close(f, out, reading, f"feature {quoted(render_placement(segments))}")
@@ -730,7 +738,7 @@ def _read_image_tag(raw: Mapping[str, Any], segments: Segments, reading: Reading
     out: dict[str, Any] = {
         "type": "image",
         "role": _string(f.need("role")),
-        "layout": _variant(f.get("layout", "hwc"), ("hwc", "chw")),
+        "layout": _variant(f.get("layout", "hwc"), IMAGE_LAYOUTS),
         "upside_down": _boolean(f.get("upside_down", False)),
     }
     part = _opt_string(f.get("part"))
