@@ -12,7 +12,16 @@ from ._advice import Advisory
 from ._fmt import debug_float, display_float, quoted, quoted_list
 from ._join import EnvActuator
 from ._plans import ActionPlan, ActionSegment
-from ._resolve_common import Notes, by_part, fail, gather, identity, label_gaps, offers
+from ._resolve_common import (
+    Notes,
+    affine_term,
+    by_part,
+    fail,
+    gather,
+    identity,
+    label_gaps,
+    offers,
+)
 from ._rotation import RotationConversion
 from ._vocab import ROTATION_DIMS, fixed_dim
 
@@ -76,18 +85,8 @@ def _check_dims(model: Actuator, env: Actuator, role: str) -> None:
 def _axis(
     actuator: Actuator, name: str, width: int, side: str
 ) -> np.ndarray[Any, np.dtype[np.float64]] | None:
-    scalar, axis = actuator.get(name), actuator.get(f"axis_{name}")
-    if scalar is not None:
-        # 0-d: it broadcasts over the slice whatever width a rotation conversion gives it.
-        return np.asarray(float(scalar))
-    if axis is None:
-        return None
-    if len(axis) != width:
-        fail(
-            f"action role {quoted(actuator['role'])}: the {side}'s axis_{name} has {len(axis)} "
-            f"values but the resolved width is {width}"
-        )
-    return np.asarray(axis, dtype=np.float64)
+    subject = f"action role {quoted(actuator['role'])}: the {side}'s axis_{name}"
+    return affine_term(actuator, name, width, subject)
 
 
 def _axis_term(sign: str, values: Sequence[float], labels: Sequence[str] | None) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import attrs
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Notes",
+    "affine_term",
     "fail",
     "gather",
     "identity",
@@ -35,6 +36,26 @@ _ROLE_KINDS = ("image/", "proprio/", "text/", "action/", "command/")
 
 def fail(message: str) -> NoReturn:
     raise AdapterResolutionError(message)
+
+
+def affine_term(
+    node: Mapping[str, Any], name: str, width: int, subject: str
+) -> np.ndarray[Any, np.dtype[np.float64]] | None:
+    """A ``scale`` or ``offset`` as applied: one number as a 0-d array (it broadcasts over
+    whatever width the slice has after a rotation conversion), ``axis_<name>`` per axis.
+
+    Raises:
+        AdapterResolutionError: ``axis_<name>`` does not have ``width`` values (``subject``
+            names it in the message).
+    """
+    scalar, axis = node.get(name), node.get(f"axis_{name}")
+    if scalar is not None:
+        return np.asarray(float(scalar))
+    if axis is None:
+        return None
+    if len(axis) != width:
+        fail(f"{subject} has {len(axis)} values but the resolved width is {width}")
+    return np.asarray(axis, dtype=np.float64)
 
 
 def label_gaps(first: tuple[str, Sequence[str]], second: tuple[str, Sequence[str]]) -> str | None:

@@ -16,6 +16,7 @@ from ._join import EnvFeatures, EnvState
 from ._plans import ConstPiece, EnvPiece, FillPiece, Piece, PreviousPiece, StatePlan
 from ._resolve_common import (
     Notes,
+    affine_term,
     by_part,
     fail,
     gather,
@@ -232,17 +233,8 @@ def _labels_permutation(
 def _axis(
     part: Mapping[str, Any], name: str, width: int, at: Segments, role: str
 ) -> np.ndarray[Any, np.dtype[np.float64]] | None:
-    scalar, axis = part.get(name), part.get(f"axis_{name}")
-    if scalar is not None:
-        return np.full(width, float(scalar))
-    if axis is None:
-        return None
-    if len(axis) != width:
-        fail(
-            f"model input {where(at)}: state role {quoted(role)}: axis_{name} has {len(axis)} "
-            f"values but the resolved width is {width}"
-        )
-    return np.asarray(axis, dtype=np.float64)
+    subject = f"model input {where(at)}: state role {quoted(role)}: axis_{name}"
+    return affine_term(part, name, width, subject)
 
 
 def _affine_note(part: Mapping[str, Any], labels: Sequence[str] | None) -> str:

@@ -284,10 +284,6 @@ def _strict_fields(fields: _Fields, allowed: tuple[str, ...], what: str) -> None
 # Trees
 
 
-_MODEL_KINDS = ("image", "state", "text", "custom")
-_ENV_KINDS = ("image", "state", "text", "split")
-
-
 def _read_tree(
     node: object,
     segments: Segments,
@@ -719,14 +715,14 @@ def _read_custom(raw: Mapping[str, Any], segments: Segments, reading: Reading) -
     return _close(f, out, reading, f"feature {quoted(render_placement(segments))}")
 
 
-def _model_leaf(reading: Reading) -> Callable[[Mapping[str, Any], Segments], Any]:
-    readers = {"image": _read_image, "state": _read_state, "text": _read_text}
-    readers["custom"] = _read_custom
+LeafReader = Callable[[Mapping[str, Any], Segments, Reading], Any]
 
-    def read(raw: Mapping[str, Any], segments: Segments) -> Any:
-        return readers[raw["type"]](raw, segments, reading)
-
-    return read
+_MODEL_LEAVES: dict[str, LeafReader] = {
+    "image": _read_image,
+    "state": _read_state,
+    "text": _read_text,
+    "custom": _read_custom,
+}
 
 
 # ------------------------------------------------------------------------------------------
@@ -827,14 +823,12 @@ def _read_split(raw: Mapping[str, Any], segments: Segments, reading: Reading) ->
     return {"type": "split", "fields": fields}
 
 
-def _env_leaf(reading: Reading) -> Callable[[Mapping[str, Any], Segments], Any]:
-    readers = {"image": _read_image_tag, "state": _read_state_tag, "text": _read_text_tag}
-    readers["split"] = _read_split
-
-    def read(raw: Mapping[str, Any], segments: Segments) -> Any:
-        return readers[raw["type"]](raw, segments, reading)
-
-    return read
+_ENV_LEAVES: dict[str, LeafReader] = {
+    "image": _read_image_tag,
+    "state": _read_state_tag,
+    "text": _read_text_tag,
+    "split": _read_split,
+}
 
 
 # ------------------------------------------------------------------------------------------
@@ -1006,7 +1000,32 @@ def _read_action(raw: object, base: str, reading: Reading) -> dict[str, Any]:
 # Documents
 
 
-def _document(
+def _document(raw: object, side: str, strict: bool) -> tuple[dict[str, Any], Reading]:
+    """One document (``side`` ``"env"``: env tags; ``"model"``: a model spec), canonical;
+    and what its reading found besides."""
+    reading = Reading(side)
+    if side == "env":
+        what, tree_key, label, readers = "env tags", "observation", "observation", _ENV_LEAVES
+    else:
+        what, tree_key, label, readers = "model spec", "input", "model input", _MODEL_LEAVES
+
+    def leaf(raw: Mapping[str, Any], segments: Segments) -> Any:
+        return readers[raw["type"]](raw, segments, reading)
+
+    doc = _fields(
+        raw,
+        what,
+        tree_key,
+        "output" if side == "model" else "action",
+        lambda node: _read_tree(node, (), label, leaf, tuple(readers), reading),
+        reading,
+    )
+    if strict:
+        _refuse_unknowns(what, reading)
+    return doc, reading
+
+
+def _fields(
     raw: object,
     what: str,
     tree_key: str,
@@ -1044,19 +1063,7 @@ def read_env(raw: object, *, strict: bool) -> tuple[dict[str, Any], Reading]:
     Raises:
         WireError: the document does not read (strict: or carries an unknown field or kind).
     """
-    reading = Reading("env")
-    leaf = _env_leaf(reading)
-    doc = _document(
-        raw,
-        "env tags",
-        "observation",
-        "action",
-        lambda node: _read_tree(node, (), "observation", leaf, _ENV_KINDS, reading),
-        reading,
-    )
-    if strict:
-        _refuse_unknowns("env tags", reading)
-    return doc, reading
+    return _document(raw, "env", strict)
 
 
 def read_model(
@@ -1069,20 +1076,9 @@ def read_model(
     Raises:
         WireError: the document does not read (strict: or carries an unknown field or kind).
     """
-    reading = Reading("model")
-    leaf = _model_leaf(reading)
-    doc = _document(
-        raw,
-        "model spec",
-        "input",
-        "output",
-        lambda node: _read_tree(node, (), "model input", leaf, _MODEL_KINDS, reading),
-        reading,
-    )
-    if strict:
-        _refuse_unknowns("model spec", reading)
-        if not allow_custom:
-            _refuse_customs(doc["input"])
+    doc, reading = _document(raw, "model", strict)
+    if strict and not allow_custom:
+        _refuse_customs(doc["input"])
     return doc, reading
 
 
