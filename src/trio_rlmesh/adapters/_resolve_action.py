@@ -97,20 +97,11 @@ def _axis_term(sign: str, values: Sequence[float], labels: Sequence[str] | None)
     return f"{sign}[{','.join(items)}]"
 
 
-def _model_terms(actuator: Actuator, labels: Sequence[str] | None) -> list[str]:
+def _terms(actuator: Actuator, labels: Sequence[str] | None, *, scalar_scale: bool) -> list[str]:
+    """An actuator's corrections as ``explain()`` shows them (RLMesh leaves a model
+    actuator's scalar scale out: ``scalar_scale=False``)."""
     terms: list[str] = []
-    if actuator.get("axis_scale") is not None:
-        terms.append(_axis_term("*", actuator["axis_scale"], labels))
-    if actuator.get("offset") is not None:
-        terms.append(f"+{debug_float(float(actuator['offset']))}")
-    if actuator.get("axis_offset") is not None:
-        terms.append(_axis_term("+", actuator["axis_offset"], labels))
-    return terms
-
-
-def _env_terms(actuator: Actuator, labels: Sequence[str] | None) -> list[str]:
-    terms: list[str] = []
-    if actuator.get("scale") is not None:
+    if scalar_scale and actuator.get("scale") is not None:
         terms.append(f"*{display_float(float(actuator['scale']))}")
     if actuator.get("axis_scale") is not None:
         terms.append(_axis_term("*", actuator["axis_scale"], labels))
@@ -332,12 +323,12 @@ def plan_action(
         # RLMesh shows the model side's per-axis scale and its offset (not its scalar scale,
         # invert or threshold, which it applies all the same).
         model_labels = mine.get("labels") or env.get("labels")
-        model_terms = _model_terms(mine, model_labels)
+        model_terms = _terms(mine, model_labels, scalar_scale=False)
         if model_terms:
             line += f" (model {' '.join(model_terms)})"
         if select is not None:
             line += f" perm[{','.join(str(i) for i in select)}]"
-        for term in _env_terms(env, env.get("labels")):
+        for term in _terms(env, env.get("labels"), scalar_scale=True):
             line += f" ({term})"
         if env.get("invert"):
             line += " (invert)"

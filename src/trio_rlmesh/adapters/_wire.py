@@ -521,7 +521,7 @@ def _check_labels(labels: list[str], who: str) -> None:
         seen.add(label)
 
 
-_CONSTANT_ONLY = (
+_NOT_FOR_RAW_OUTPUT = (
     "encoding",
     "index",
     "range",
@@ -533,10 +533,10 @@ _CONSTANT_ONLY = (
     "axis_offset",
     "frame",
     "provenance",
-    "part",
-    "labels",
-    "source",
 )
+"""What a part reading the model's own raw output (``source="action"``) cannot carry."""
+_CONSTANT_ONLY = (*_NOT_FOR_RAW_OUTPUT, "part", "labels", "source")
+"""What a constant part (no role) cannot carry."""
 
 
 def _read_part(raw: object, index: int, segments: Segments, reading: Reading) -> Any:
@@ -609,22 +609,7 @@ def _read_part(raw: object, index: int, segments: Segments, reading: Reading) ->
             f"{who} sets both dim and index; index selects one element and dim truncates "
             "to the leading N -- set one, not both"
         )
-    if source == "action" and any(
-        name in out
-        for name in (
-            "encoding",
-            "index",
-            "range",
-            "optional",
-            "post_rotate",
-            "scale",
-            "offset",
-            "axis_scale",
-            "axis_offset",
-            "frame",
-            "provenance",
-        )
-    ):
+    if source == "action" and any(name in out for name in _NOT_FOR_RAW_OUTPUT):
         _fail(
             f'{who}: source "action" reads the model\'s own raw output and carries only '
             "part/labels/dim/fill; drop encoding/index/range/optional/post_rotate/scale/"
