@@ -33,6 +33,7 @@ def test_summary_of_episodes_with_success() -> None:
         "completed: 3 episodes, 15 steps",
         "reward 2.00 ± 0.82 (min 1.00, max 3.00), mean length 5.0 steps",
         "success rate 66.7% (2 of 3)",
+        "mean 2.000 [1.000, 3.000] · IQM 2.000 [1.000, 3.000] · success 67% [21%, 94%] (n=3)",
     ]
 
 
@@ -41,6 +42,7 @@ def test_summary_without_success_or_episodes() -> None:
     assert format_summary(one).splitlines() == [
         "completed: 1 episode, 7 steps",
         "reward 7.00 ± 0.00 (min 7.00, max 7.00), mean length 7.0 steps",
+        "mean 7.000 · IQM 7.000 (n=1)",  # no interval from one episode
     ]
     none = RuntimeReport("cancelled", "interrupted by SIGINT", "s", "e", (), 0)
     assert format_summary(none) == "cancelled: 0 episodes, 0 steps (interrupted by SIGINT)"
@@ -53,16 +55,17 @@ def test_results_then_summary_and_telemetry_only_on_request(
     assert main(argv) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["#", "seed", "steps", "reward", "term", "trunc", "ok"]
-    assert out[-3:] == [
+    assert out[-4:] == [
         "completed: 4 episodes, 8 steps",
         "reward 2.00 ± 0.00 (min 2.00, max 2.00), mean length 2.0 steps",
         "success rate 50.0% (2 of 4)",
+        "mean 2.000 [2.000, 2.000] · IQM 2.000 [2.000, 2.000] · success 50% [15%, 85%] (n=4)",
     ]
     assert not any(line.startswith("op ") for line in out)
     assert main([*argv, "--telemetry"]) == 0
     out = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(out) if line.startswith("op "))
-    assert out[header - 1] == "success rate 50.0% (2 of 4)"
+    assert out[header - 1].startswith("mean 2.000 [2.000, 2.000] · IQM")
     assert any(line.startswith("env.step ") for line in out[header:])
 
 
@@ -91,7 +94,7 @@ def test_a_failed_run_still_prints_the_episodes_it_finished(
     assert main([*argv, "--json", str(out)]) == 1
     captured = capsys.readouterr()
     printed = captured.out.splitlines()
-    assert len(printed) == 2 + 2 + 2  # header, rule, two episodes, two summary lines
+    assert len(printed) == 2 + 2 + 3  # header, rule, two episodes, three summary lines
     assert printed[4] == "failed: 2 episodes, 4 steps"
     errors = captured.err.strip().splitlines()
     assert errors[-1].startswith("trio-rlmesh run: model 'FailsOnFifthPredict' failed")

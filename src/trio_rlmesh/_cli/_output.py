@@ -98,6 +98,8 @@ def format_summary(report: RuntimeReport) -> str:
     if rate is not None:
         successes = sum(1 for e in episodes if e.success)
         lines.append(f"success rate {rate:.1%} ({successes} of {len(episodes)})")
+    if episodes:
+        lines.append(report.summary.format_line())
     return "\n".join(lines)
 
 
@@ -120,6 +122,8 @@ def format_endpoints(report: RuntimeReport) -> str:
             f"endpoint {part.endpoint}: {part.status}, {plural(part.episodes, 'episode')}, "
             f"{part.env_step_calls} env steps"
         )
+        if part.episodes:
+            lines.append(f"  {report.summary_of(part.endpoint).format_line()}")
         if part.error is not None:
             retried = ", ".join(f"episode {i} (seed {seed})" for i, seed in part.retried)
             lines.append(f"  lost: {part.error}; started again elsewhere: {retried or 'none'}")

@@ -448,9 +448,16 @@ class _Progress(RuntimeHooks):
         self.records.append(event.record)
 
     def report(self, reason: str) -> RuntimeReport:
-        """A cancelled report of the episodes counted so far (no telemetry)."""
+        """A cancelled report of the episodes counted so far (no telemetry; intervals by
+        the normal approximation: the process is ending)."""
         return RuntimeReport(
-            "cancelled", reason, "", "", tuple(self.records), env_step_calls=self.steps
+            "cancelled",
+            reason,
+            "",
+            "",
+            tuple(self.records),
+            env_step_calls=self.steps,
+            summary_resamples=0,
         )
 
     def line(self) -> str:
@@ -732,6 +739,9 @@ def run_command(args: argparse.Namespace) -> int:
             report = getattr(unwrap(exc), "report", None)
             if isinstance(unwrap(exc), UnwritableReport):
                 args.json = None  # the failed report has nowhere to go either
+        if interrupts.received is not None and report is not None:
+            # The process ends within its grace after a signal: no time for the bootstrap.
+            report = attrs.evolve(report, summary_resamples=0)
         status = _status(report, failure)
         with interrupts.final_output(status):
             if not _write_results(args, out, report, failure) and status == EXIT_OK:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import statistics
@@ -11,9 +12,12 @@ from typing import Any
 import attrs
 
 from .._errors import SpecError
+from ..runtime import RunSummary
+from ..runtime._internal import summarize as summarize_returns
+from ._bands import draw_intervals
 from ._options import EXTRA, require_minari
 
-__all__ = ["DatasetSummary", "plot_returns", "summarize"]
+__all__ = ["DatasetSummary", "plot_returns", "returns_figure", "summarize"]
 
 
 def _data_path(path: Path) -> Path:
@@ -49,6 +53,11 @@ class DatasetSummary:
     def steps(self) -> int:
         return sum(self.lengths)
 
+    @functools.cached_property
+    def intervals(self) -> RunSummary:
+        """The returns' interval estimates, as a run's report has them (no timing)."""
+        return summarize_returns(self.returns, steps=self.lengths)
+
     def format(self) -> str:
         """The summary as a few lines of text.
 
@@ -60,6 +69,7 @@ class DatasetSummary:
         episodes  2 (1 terminated, 1 truncated)
         steps     4 (mean length 2.0)
         return    mean 2.000  std 1.414  min 1.000  max 3.000
+        intervals mean 2.000 [1.000, 3.000] · IQM 2.000 [1.000, 3.000] (n=2)
         """
         lines = [
             f"dataset   {self.dataset_id} ({self.path})",
@@ -76,6 +86,7 @@ class DatasetSummary:
             f"steps     {self.steps} (mean length {mean_length:.1f})",
             f"return    mean {statistics.fmean(self.returns):.3f}  std {spread:.3f}  "
             f"min {min(self.returns):.3f}  max {max(self.returns):.3f}",
+            f"intervals {self.intervals.format_line()}",
         ]
         return "\n".join(lines)
 
@@ -115,29 +126,36 @@ def summarize(path: str | os.PathLike[str]) -> DatasetSummary:
 
 
 def plot_returns(summary: DatasetSummary, out: str | os.PathLike[str]) -> Path:
-    """Save a plot of the return per episode (with the mean) to ``out`` (PNG, SVG, PDF...).
+    """Save a plot of the return per episode to ``out`` (PNG, SVG, PDF...), with the
+    intervals :meth:`DatasetSummary.format` shows: the mean and a band for its confidence
+    interval, the IQM and its band, and the spread (mean ± std); the legend sits beside
+    the plot, where it covers no point.
 
     Needs matplotlib (in the ``record`` extra). Returns the path written.
     """
+    target = Path(os.fspath(out))
+    figure = returns_figure(summary)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(target)
+    return target
+
+
+def returns_figure(summary: DatasetSummary) -> Any:
+    """The matplotlib ``Figure`` :func:`plot_returns` saves."""
     try:
         from matplotlib.figure import Figure
         from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise SpecError(f"plotting returns needs matplotlib: {EXTRA}") from None
-    target = Path(os.fspath(out))
-    figure = Figure(figsize=(7.0, 3.6), layout="constrained")
+    figure = Figure(figsize=(9.0, 3.6), layout="constrained")
     axes = figure.add_subplot()
     episodes = range(summary.episodes)
     axes.plot(episodes, summary.returns, marker="o", markersize=3, linewidth=1, label="return")
-    if summary.episodes:
-        mean = statistics.fmean(summary.returns)
-        axes.axhline(mean, color="tab:red", linestyle="--", linewidth=1, label=f"mean {mean:.2f}")
+    draw_intervals(axes, summary.intervals)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("episode")
     axes.set_ylabel("return")
     axes.set_title(f"{summary.dataset_id}: {summary.env_id or 'env'}, {summary.model or 'model'}")
     axes.grid(True, alpha=0.3)
-    axes.legend(loc="best")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(target)
-    return target
+    figure.legend(loc="outside right upper")
+    return figure
