@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import pytest
 
 from trio_rlmesh._cli import main
-from trio_rlmesh._cli._output import format_summary
-from trio_rlmesh.runtime import EpisodeRecord, RuntimeReport
+from trio_rlmesh._cli._output import format_endpoints, format_summary
+from trio_rlmesh.runtime import EndpointReport, EpisodeRecord, RuntimeReport
 
 COUNTER = ("--env", "tests.cli.envs:Counter", "--env-arg", "length=2")
 
@@ -46,6 +47,26 @@ def test_summary_without_success_or_episodes() -> None:
     ]
     none = RuntimeReport("cancelled", "interrupted by SIGINT", "s", "e", (), 0)
     assert format_summary(none) == "cancelled: 0 episodes, 0 steps (interrupted by SIGINT)"
+
+
+def test_a_fleet_prints_each_endpoints_intervals() -> None:
+    pytest.importorskip("rliable.library", reason="needs the analysis extra")
+    episodes = [_episode(i, 3, float(i), None) for i in range(5)]
+    episodes = [attrs.evolve(e, endpoint="a:1" if e.index < 3 else "b:2") for e in episodes]
+    endpoints = (
+        EndpointReport("a:1", "completed", None, 3, 9),
+        EndpointReport("b:2", "completed", None, 2, 6),
+        EndpointReport("c:3", "failed", "TransportError: reset", 0, 0),
+    )
+    report = RuntimeReport("completed", None, "s", "f", tuple(episodes), 15, endpoints=endpoints)
+    assert format_endpoints(report).splitlines() == [
+        "endpoint a:1: completed, 3 episodes, 9 env steps",
+        "  mean 1.000 [0.000, 2.000] · IQM 1.000 [0.000, 2.000] (n=3)",
+        "endpoint b:2: completed, 2 episodes, 6 env steps",
+        "  mean 3.500 [3.000, 4.000] · IQM 3.500 [3.000, 4.000] (n=2)",
+        "endpoint c:3: failed, 0 episodes, 0 env steps",
+        "  lost: TransportError: reset; started again elsewhere: none",
+    ]
 
 
 def test_results_then_summary_and_telemetry_only_on_request(

@@ -104,7 +104,8 @@ def format_summary(report: RuntimeReport) -> str:
 
 
 def format_endpoints(report: RuntimeReport) -> str:
-    """A fleet run's endpoints, one line each (and, for a lost one, why and what ran again).
+    """A fleet run's endpoints, one line each (and, for a lost one, why and what ran again),
+    with the interval estimates of the episodes each one ran.
 
     >>> from trio_rlmesh.runtime import EndpointReport
     >>> report = RuntimeReport("completed", None, "s", "fleet", (), 90, endpoints=(
@@ -122,8 +123,9 @@ def format_endpoints(report: RuntimeReport) -> str:
             f"endpoint {part.endpoint}: {part.status}, {plural(part.episodes, 'episode')}, "
             f"{part.env_step_calls} env steps"
         )
-        if part.episodes:
-            lines.append(f"  {report.summary_of(part.endpoint).format_line()}")
+        summary = report.summary_of(part.endpoint)
+        if summary.episodes:
+            lines.append(f"  {summary.format_line()}")
         if part.error is not None:
             retried = ", ".join(f"episode {i} (seed {seed})" for i, seed in part.retried)
             lines.append(f"  lost: {part.error}; started again elsewhere: {retried or 'none'}")
