@@ -232,7 +232,8 @@ class RuntimeReport:
     duration_s: float | None = None
     """Wall-clock seconds from that connect to the close of the env and the model."""
     summary_resamples: int = RESAMPLES
-    """Bootstrap resamples of :attr:`summary`'s intervals (0: normal approximations)."""
+    """Bootstrap resamples of :attr:`summary`'s intervals (0: a quick summary, with
+    normal-approximation intervals and no IQM, that imports neither rliable nor scipy)."""
     summary_seed: int = SEED
     """The seed of :attr:`summary`'s bootstrap."""
     _summaries: dict[str | None, RunSummary] = attrs.field(
