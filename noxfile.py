@@ -136,7 +136,7 @@ def interop(session: nox.Session) -> None:
 def ray(session: nox.Session) -> None:
     """Env fleets on Ray (the ``ray`` extra) against a local Ray: 2 CPUs, no dashboard."""
     session.install(".[gymnasium,ray]", *_group("test"))
-    session.run("pytest", "-m", "ray", "tests/ray", *session.posargs)
+    session.run("pytest", "-m", "ray", "tests/ray", "tests/test_doc_snippets.py", *session.posargs)
 
 
 @nox.session(python=DEFAULT_PYTHON)

@@ -13,6 +13,7 @@ functions, so ``import trio_rlmesh`` stays free of it.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -86,19 +87,40 @@ def _env_target(value: Any) -> Any:
     return value
 
 
+_GYMNASIUM_ID = re.compile(r"^(?:[\w.-]+/)?[\w.:-]+-v\d+$")
+"""A Gymnasium env id: ``[namespace/]name-v<version>`` (``ALE/Pong-v5``, ``CartPole-v1``)."""
+
+
+def looks_like_gymnasium_id(text: str) -> bool:
+    """Whether ``text`` reads as a Gymnasium env id (registered or not).
+
+    >>> looks_like_gymnasium_id("ALE/Pong-v5"), looks_like_gymnasium_id("inprocess://local")
+    (True, False)
+    """
+    return _GYMNASIUM_ID.match(text) is not None
+
+
 def _check_env_address(address: str) -> None:
     """Refuse a string that is no server address, pointing at what the caller likely meant
-    (a Gymnasium id: an env object runs in this process)."""
+    when it reads as a Gymnasium id (an env object runs in this process)."""
     from .transports.grpc import parse_address
 
     try:
         parse_address(address)
     except ValueError as exc:
+        message = f"{exc}; a string env is a server address"
         env_id = address.removeprefix("gymnasium:")
-        raise SpecError(
-            f"{exc}; a string env is a server address: to run a Gymnasium env in this "
-            f"process, pass the env itself, e.g. gymnasium.make({env_id!r})"
-        ) from None
+        if looks_like_gymnasium_id(env_id):
+            message += (
+                ": to run a Gymnasium env in this process, pass the env itself, e.g. "
+                f"gymnasium.make({env_id!r})"
+            )
+        else:
+            message += (
+                " (ours or RLMesh's); to run an env in this process, pass the env object "
+                "itself, or a callable returning one"
+            )
+        raise SpecError(message) from None
 
 
 def _fuse_wait(value: float) -> float:

@@ -58,7 +58,8 @@ def test_the_heuristic_clearly_beats_random(
     assert lines[0].split()[:2] == ["run", "n"]
     assert lines[2].startswith("random ")
     assert lines[3].startswith("heuristic  10  100.0 [100.0, 100.0]  100.0 [100.0, 100.0]")
-    verdict = lines[-1]
+    assert lines[-1] == f"comparison written to {out}"
+    verdict = lines[-2]
     assert verdict.startswith("heuristic beats random: P(heuristic > random) = 1.00 [1.00, 1.00]")
     assert verdict.endswith("paired over 10 seeds")
     data = json.loads(out.read_text())
@@ -161,7 +162,7 @@ def test_json_to_stdout_and_a_plot_of_every_run(
     data = json.loads(printed)  # nothing else on stdout
     assert [(p["a"], p["b"]) for p in data["pairs"]] == [("0", "1"), ("0", "2"), ("1", "2")]
     assert plot.read_bytes().startswith(PNG)
-    assert f"plot: {plot}" in errors
+    assert f"plot written to {plot}" in errors
 
 
 def test_what_cannot_be_compared_is_a_usage_error(
@@ -181,6 +182,11 @@ def test_what_cannot_be_compared_is_a_usage_error(
     status, _, errors = _compare(capsys, a, a)
     assert status == 2
     assert "comparing runs needs rliable and scipy: pip install 'trio-rlmesh[analysis]'" in errors
+    monkeypatch.undo()
+    status, _, errors = _compare(capsys, a, a, "--plot", tmp_path / "plot.txt")
+    assert status == 2
+    assert "cannot plot to" in errors
+    assert "not 'txt'" in errors
 
 
 def test_the_plot_keeps_its_legend_off_the_data(tmp_path: Path) -> None:

@@ -75,7 +75,10 @@ def test_results_then_summary_and_telemetry_only_on_request(
     argv = ["run", *COUNTER, "--env-arg", "success=true", "--seeds", "0..3", "--no-progress"]
     assert main(argv) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["#", "seed", "steps", "reward", "term", "trunc", "ok"]
+    assert out[0].split() == ["#", "seed", "steps", "reward", "ended", "success"]
+    assert [line.split() for line in out[2:6]] == [
+        [str(i), str(i), "2", "2.00", "terminated", "yes" if i % 2 == 0 else "no"] for i in range(4)
+    ]
     assert out[-4:] == [
         "completed: 4 episodes, 8 steps",
         "reward 2.00 ± 0.00 (min 2.00, max 2.00), mean length 2.0 steps",
@@ -88,6 +91,27 @@ def test_results_then_summary_and_telemetry_only_on_request(
     header = next(i for i, line in enumerate(out) if line.startswith("op "))
     assert out[header - 1].startswith("mean 2.000 [2.000, 2.000] · IQM")
     assert any(line.startswith("env.step ") for line in out[header:])
+
+
+def test_columns_that_would_say_nothing_are_left_out(capsys: pytest.CaptureFixture[str]) -> None:
+    # No seed was sent and the env reports no success: no column of dashes for either.
+    assert main(["run", *COUNTER, "--episodes", "2", "--no-progress"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["#", "steps", "reward", "ended"]
+    assert out[2].split() == ["0", "2", "2.00", "terminated"]
+
+
+def test_where_the_report_and_the_recording_went(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "out" / "report.json"
+    argv = ["run", *COUNTER, "--episodes", "2", "--no-progress", "--json", str(report)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"report written to {report}"
+    assert main(["run", *COUNTER, "--episodes", "2", "--no-progress", "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    assert "written to" not in captured.out + captured.err  # the report is stdout itself
 
 
 def test_json_dash_writes_only_the_report_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
@@ -115,8 +139,10 @@ def test_a_failed_run_still_prints_the_episodes_it_finished(
     assert main([*argv, "--json", str(out)]) == 1
     captured = capsys.readouterr()
     printed = captured.out.splitlines()
-    assert len(printed) == 2 + 2 + 3  # header, rule, two episodes, three summary lines
+    # header, rule, two episodes, three summary lines, where the report went
+    assert len(printed) == 2 + 2 + 3 + 1
     assert printed[4] == "failed: 2 episodes, 4 steps"
+    assert printed[7] == f"report written to {out}"
     errors = captured.err.strip().splitlines()
     assert errors[-1].startswith("trio-rlmesh run: model 'FailsOnFifthPredict' failed")
     assert "deliberate failure on the fifth predict" in errors[-1]
@@ -129,3 +155,20 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert caught.value.code == 0
     assert capsys.readouterr().out.startswith("trio-rlmesh 0.")
+
+
+def test_each_file_written_gets_its_line(tmp_path: Path) -> None:
+    import argparse
+
+    from trio_rlmesh._cli._run import _written
+
+    dataset, videos = tmp_path / "runs" / "c-v0", tmp_path / "videos"
+    args = argparse.Namespace(json=tmp_path / "r.json", record=dataset, record_video=videos)
+    report = RuntimeReport("completed", None, "s", "e", (_episode(0, 4, 1.0, None),), 4)
+    assert _written(args, report, report_written=True) == [f"report written to {args.json}"]
+    dataset.mkdir(parents=True)
+    videos.mkdir()
+    assert _written(args, report, report_written=False) == [
+        f"dataset written to {dataset} (1 episode)",
+        f"videos written to {videos} (1 episode, one MP4 each)",
+    ]

@@ -51,7 +51,10 @@ def test_run_record_then_show_and_plot(
     assert main([*argv, "--json", "report.json", "--record", "runs/cartpole-v0"]) == 0
     report = json.loads(Path("report.json").read_text())
     _matches(_dataset(tmp_path / "runs" / "cartpole-v0"), report["episodes"])
-    capsys.readouterr()
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "report written to report.json",
+        "dataset written to runs/cartpole-v0 (4 episodes)",
+    ]
     assert main(["show", "runs/cartpole-v0", "--plot", "plots/returns.png"]) == 0
     printed = capsys.readouterr().out
     assert "env       CartPole-v1" in printed

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 import attrs
 
+from ..record._internal import check_plot_path
 from ..runtime import RunSummary
 from ..runtime._internal import (
     RESAMPLES,
@@ -239,6 +240,8 @@ def compare_command(args: argparse.Namespace) -> int:
             raise UsageError(f"--resamples must be at least 1, got {args.resamples}")
         check_writable(args.json, "--json")
         check_writable(args.plot, "--plot")
+        if args.plot is not None:
+            check_plot_path(args.plot)  # a kind of file matplotlib writes
         paths: list[Path] = args.reports
         runs = [
             read_run(path, name, resamples=args.resamples, seed=args.seed)
@@ -259,13 +262,15 @@ def compare_command(args: argparse.Namespace) -> int:
 
             shown = [(run.sample, run.summary) for run in runs]
             written = plot_comparison(shown, args.plot, resamples=args.resamples, seed=args.seed)
-            out.write(f"plot: {written}\n")
+            out.write(f"plot written to {written}\n")
         data = {
             "runs": [run.to_json_dict() for run in runs],
             "pairs": [pair.to_json_dict() for pair in pairs],
             "warnings": said,
         }
         write_json(args.json, data)
+        if args.json is not None and args.json != STDOUT:
+            out.write(f"comparison written to {args.json}\n")
     except Exception as exc:  # the one place a failure becomes an exit status
         failure = describe(exc)
         sys.stderr.write(f"trio-rlmesh compare: {failure.message}\n")

@@ -7,21 +7,24 @@ and what to do instead.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
 
 from .._errors import EnvError
+from .._facade import looks_like_gymnasium_id
 from ._exit import UsageError
+from ._policies import BUILTIN_MODELS
 
 __all__ = [
     "GymnasiumFactory",
     "add_env_kwargs_options",
+    "add_grpc_backend_option",
     "check_address",
     "check_bind_address",
     "env_kwargs",
@@ -32,7 +35,6 @@ __all__ = [
 ]
 
 _CORNERS = ("predict", "predict_batch", "predict_chunk", "predict_chunk_batch")
-_GYM_ID = re.compile(r"^(?:[\w.-]+/)?[\w.:-]+-v\d+$")
 _INSTALL_GYMNASIUM = "pip install 'trio-rlmesh[gymnasium]'"
 
 
@@ -87,6 +89,18 @@ def add_env_kwargs_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         help="one keyword argument for the env (repeatable; VALUE is JSON, else a string)",
+    )
+
+
+def add_grpc_backend_option(parser: argparse.ArgumentParser) -> None:
+    """``--grpc-backend``, shared by the servers and ``run`` (which speaks it as a client)."""
+    from ..transports.grpc import BACKENDS
+
+    parser.add_argument(
+        "--grpc-backend",
+        choices=BACKENDS,
+        default="trio",
+        help="gRPC over h2 on trio (default), or grpclib on an asyncio helper thread",
     )
 
 
@@ -298,7 +312,7 @@ def load_env_target(
     module_name, sep, rest = target.partition(":")
     if module_name == "gymnasium" and rest:
         return GymnasiumFactory(target, rest, kwargs)
-    if not sep and _GYM_ID.match(target):
+    if not sep and looks_like_gymnasium_id(target):
         raise UsageError(f"ENV must be {form}, got {target!r}; did you mean gymnasium:{target}?")
     value = load_object(target, "ENV", form)
     if isinstance(value, type) or (callable(value) and not _is_env(value)):
@@ -320,12 +334,24 @@ def load_env_target(
     return value
 
 
-def load_model_target(target: str) -> Any:
-    """Resolve MODEL ``module:attr``: a class is instantiated without arguments.
+def load_model_target(target: str, *, run: bool = False) -> Any:
+    """Resolve MODEL: a built-in model's name (``random``), or ``module:attr``, where a
+    class is instantiated without arguments.
 
     Raises:
         UsageError: ``target`` cannot be loaded, or names something without a predict corner.
     """
+    builtin = BUILTIN_MODELS.get(target)
+    if builtin is not None:
+        return builtin()
+    if ":" not in target:
+        names = ", ".join(repr(name) for name in BUILTIN_MODELS)
+        form = (
+            f"module:attr, a model server address or {names}" if run else f"module:attr or {names}"
+        )
+        close = difflib.get_close_matches(target, BUILTIN_MODELS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UsageError(f"MODEL must be {form}, got {target!r}{hint}")
     model = load_object(target, "MODEL")
     if isinstance(model, type):
         try:
