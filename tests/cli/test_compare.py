@@ -129,8 +129,8 @@ def test_it_warns_when_runs_differ_in_env_spaces_caps_or_seeds(
         "the runs differ in env (a: E-v0; b: F-v0)",
         "the runs differ in action space (a: Discrete(2); b: Discrete(3))",
         "the runs differ in --max-episode-steps (a: None; b: 50)",
-        "a and b share 2 seeds but not all of them: compared unpaired "
-        "(give both runs the same --seeds to pair them)",
+        "a and b are compared unpaired: they share 2 seeds, but did not run the same seeds "
+        "once each (give both runs the same --seeds to pair them)",
     ]
     assert printed.splitlines()[-1].endswith("unpaired (4 and 4 episodes)")
 

@@ -164,7 +164,7 @@ def _names(paths: Sequence[Path]) -> list[str]:
     ]
 
 
-def warnings(runs: Sequence[ComparedRun]) -> list[str]:
+def cautions(runs: Sequence[ComparedRun]) -> list[str]:
     """What could make the comparison unfair, one sentence each."""
     found = []
     for run in runs:
@@ -178,9 +178,8 @@ def warnings(runs: Sequence[ComparedRun]) -> list[str]:
                 f"{run.name} has no setup block (an older report, or a run that never "
                 "started): its env, spaces and episode caps cannot be checked"
             )
-    known = [run for run in runs if run.setup is not None]
     for field, shown_as in _SETUP_NAMES.items():
-        values = {run.name: run.setup.get(field) for run in known}  # type: ignore[union-attr]
+        values = {run.name: run.setup.get(field) for run in runs if run.setup is not None}
         if len(set(map(json.dumps, values.values()))) > 1:
             shown = "; ".join(f"{name}: {value}" for name, value in values.items())
             found.append(f"the runs differ in {shown_as} ({shown})")
@@ -188,8 +187,9 @@ def warnings(runs: Sequence[ComparedRun]) -> list[str]:
         shared = set(a.sample.seeds) & set(b.sample.seeds) - {None}
         if shared and paired_order(a.sample, b.sample) is None:
             found.append(
-                f"{a.name} and {b.name} share {len(shared)} seeds but not all of them: "
-                "compared unpaired (give both runs the same --seeds to pair them)"
+                f"{a.name} and {b.name} are compared unpaired: they share {len(shared)} "
+                "seeds, but did not run the same seeds once each (give both runs the same "
+                "--seeds to pair them)"
             )
     return found
 
@@ -251,7 +251,7 @@ def compare_command(args: argparse.Namespace) -> int:
             compare_pair(a.sample, b.sample, resamples=args.resamples, seed=args.seed)
             for a, b in itertools.combinations(runs, 2)
         ]
-        said = warnings(runs)
+        said = cautions(runs)
         for warning in said:
             sys.stderr.write(f"trio-rlmesh compare: warning: {warning}\n")
         out.write(format_table(runs) + "\n\n")

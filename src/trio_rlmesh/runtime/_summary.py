@@ -323,10 +323,12 @@ def summarize(
     mean = iqm = median = low = high = std = stderr = None
     mean_ci = iqm_ci = None
     if count:
-        mean = statistics.fmean(values.tolist())
-        median, low, high = float(np.median(values)), float(values.min()), float(values.max())
+        # statistics, not numpy: np.median imports numpy.ma on first use (0.15 s), which a
+        # run ending within its grace after a signal cannot spare.
+        mean, median = statistics.fmean(rewards), float(statistics.median(rewards))
+        low, high = float(values.min()), float(values.max())
     if count > 1:
-        std = statistics.stdev(values.tolist())
+        std = float(values.std(ddof=1))  # statistics.stdev is exact, and slow on many
         stderr = std / math.sqrt(count)
     bootstrapped = libraries is not None and resamples > 0 and count > 1
     if bootstrapped:
