@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
 
-from ._errors import SpecError
+from ._errors import Error, SpecError
 from .protocol import WORKFLOW_EDITION
 from .runtime._internal import (
     DEFAULT_FUSE_WAIT,
@@ -596,17 +598,40 @@ async def _run_entry(
         from .record._internal import check_available
 
         check_available(options.record)
-    if _is_fleet(options):
-        if options.record is not None:
-            raise SpecError(
-                "recording a fleet run is not supported; record the run of one env address"
+    # The run's own timing, wall clock from connect to close: the report's summary has it.
+    started_at, clock = datetime.now(timezone.utc), time.perf_counter()
+
+    def timed(report: RuntimeReport) -> RuntimeReport:
+        return attrs.evolve(report, started_at=started_at, duration_s=time.perf_counter() - clock)
+
+    async def connect_and_run() -> RuntimeReport:
+        if _is_fleet(options):
+            if options.record is not None:
+                raise SpecError(
+                    "recording a fleet run is not supported; record the run of one env address"
+                )
+            async with _open_model(model, options, model_token) as endpoint:
+                return await _run_fleet(endpoint, options, hooks=hooks, task_status=task_status)
+        async with (
+            _open_env(options) as env,
+            _open_model(model, options, model_token) as endpoint,
+        ):
+            return await _run(
+                env,
+                endpoint,
+                options,
+                hooks=hooks,
+                task_status=task_status,
+                model_label=model_label,
             )
-        async with _open_model(model, options, model_token) as endpoint:
-            return await _run_fleet(endpoint, options, hooks=hooks, task_status=task_status)
-    async with _open_env(options) as env, _open_model(model, options, model_token) as endpoint:
-        return await _run(
-            env, endpoint, options, hooks=hooks, task_status=task_status, model_label=model_label
-        )
+
+    try:
+        report = await connect_and_run()
+    except Error as exc:
+        if exc.report is not None:  # a failed run's partial report
+            exc.report = timed(exc.report)
+        raise
+    return timed(report)
 
 
 def run(handler: Any, env: Any, **options: Any) -> RuntimeReport:

@@ -57,6 +57,8 @@ REPORT_KEYS = [
     "success_rate",
     "episodes",
     "telemetry",
+    "summary",
+    "setup",
 ]
 
 

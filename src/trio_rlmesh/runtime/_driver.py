@@ -46,7 +46,7 @@ from ._hooks import HooksArg
 from ._ids import format_request_id
 from ._interfaces import ModelPrediction, RuntimeEnv, RuntimeModel
 from ._plans import ActionPlan
-from ._report import CANCELLED_BY_CALLER, RunStatus, RuntimeReport, run_ending
+from ._report import CANCELLED_BY_CALLER, RunSetup, RunStatus, RuntimeReport, run_ending
 from ._spec import RuntimeSessionSpec, timeout_ms
 from ._telemetry import OpSinks, TelemetryRecorder
 
@@ -583,6 +583,7 @@ class RuntimeDriver:
             telemetry=tuple(self._telemetry.snapshot("session")),
             advisories=self._advisories(),
             hook_errors=self._events.errors,
+            setup=RunSetup.from_spec(spec),
         )
 
     def _advisories(self) -> tuple[str, ...]:

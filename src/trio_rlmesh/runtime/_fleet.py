@@ -562,6 +562,8 @@ def merge_reports(
             )
         )
     episodes.sort(key=lambda record: record.index)
+    # Admission made every endpoint serve the same spaces: the first setup is the fleet's.
+    setups = (part.report.setup for part in parts if part.report is not None)
     return RuntimeReport(
         status=status,
         reason=reason if status != "completed" else None,
@@ -573,6 +575,7 @@ def merge_reports(
         advisories=tuple(advisories),
         hook_errors=hook_errors,
         endpoints=tuple(endpoints),
+        setup=next(setups, None),
     )
 
 
