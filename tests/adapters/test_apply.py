@@ -73,3 +73,24 @@ def test_clip_keeps_negative_zero_as_rlmesh_does() -> None:
     assert np.signbit(adapter.transform_obs({"q": values})["q"]).tolist() == [True, False]
     assert adapter.transform_obs({"q": values})["q"].tolist() == [0.0, 1.0]
     assert np.signbit(adapter.transform_action(values)).tolist() == [True, False]
+
+
+def test_observe_takes_rlmesh_s_bridge_keyword() -> None:
+    # RLMesh's Adapter.observe(raw_obs, *, input_bridge=None): code passing it runs here too.
+    adapter = adapt.resolve(
+        adapt.EnvTags(
+            {"q": adapt.StateTag(adapt.JOINT_POS)},
+            adapt.Action(adapt.Actuator(adapt.ACTION_JOINT_POS, 2)),
+        ),
+        spaces.Dict({"q": spaces.Box(-1, 1, (2,), np.float32)}),
+        spaces.Box(-1, 1, (2,), np.float32),
+        adapt.ModelSpec(
+            {"q": adapt.State(adapt.JOINT_POS), "p": adapt.Previous(adapt.ACTION_JOINT_POS)},
+            adapt.Action(adapt.Actuator(adapt.ACTION_JOINT_POS, 2)),
+        ),
+    )
+    adapter.transform_obs({"q": np.zeros(2, np.float32)})
+    adapter.transform_action(np.array([0.5, 0.25], np.float32))
+    adapter.observe({"q": np.zeros(2, np.float32)}, input_bridge=None)
+    adapter.transform_action(np.array([1.0, 1.0], np.float32))
+    assert adapter.transform_obs({"q": np.zeros(2, np.float32)})["p"].tolist() == [1.0, 1.0]

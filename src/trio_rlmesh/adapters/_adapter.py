@@ -178,9 +178,14 @@ class Adapter(AdapterBase[npt.NDArray[np.float32]]):
         """
         return self._payload(raw_obs, self._state)
 
-    def observe(self, raw_obs: Any) -> None:
+    def observe(self, raw_obs: Any, *, input_bridge: object = None) -> None:
         """Count a step that predicted nothing (a replayed chunk frame): its frames still
-        enter the windows, and the next action is recorded under it. A no-op without history."""
+        enter the windows, and the next action is recorded under it. A no-op without history.
+
+        ``input_bridge`` is accepted so RLMesh code runs unchanged, and ignored: values are
+        read through numpy (``np.asarray``), whichever array library made them.
+        """
+        del input_bridge
         if self._history_keys:
             observe(self._plan, select_referenced(self._plan, _entries(raw_obs)), (self._state,))
 
