@@ -16,7 +16,10 @@ MODULES = [
     "trio_rlmesh.adapters._history",
     "trio_rlmesh.adapters._model_spec",
     "trio_rlmesh.adapters.constants",
+    "trio_rlmesh.adapters.constants.parts",
+    "trio_rlmesh.adapters.constants.roles",
     "trio_rlmesh.adapters.helpers",
+    "trio_rlmesh.adapters.specs",
 ]
 
 

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import types
@@ -40,7 +41,17 @@ WHEEL_ONLY_METHODS = {"transform_obs_value", "transform_action_value", "serve_ro
 
 def test_the_public_names_are_the_wheels() -> None:
     assert ours.__all__ == wheel.__all__
-    assert ours.constants.__all__ == wheel.constants.__all__
+    for module in ("constants", "constants.roles", "constants.parts", "specs"):
+        mine = importlib.import_module(f"trio_rlmesh.adapters.{module}")
+        theirs = importlib.import_module(f"rlmesh.adapters.{module}")
+        assert mine.__all__ == theirs.__all__, module
+        for name in theirs.__all__:
+            value = getattr(theirs, name)
+            if isinstance(value, (str, int, list, dict)):
+                assert getattr(mine, name) == value, f"{module}.{name}"
+    # RLMesh's helpers module has no __all__: its one function.
+    assert ours.helpers.__all__ == ["render_placement"]
+    assert hasattr(wheel.helpers, "render_placement")
     for name in wheel.__all__:
         mine, theirs = getattr(ours, name), getattr(wheel, name)
         if isinstance(theirs, (str, int, list, dict)):
