@@ -51,7 +51,7 @@ def tests(session: nox.Session) -> None:
     """Unit and in-memory transport tests against the installed package."""
     # The record extra: its tests run wherever Minari installs (3.11+) and say why not on 3.10.
     # The analysis extra: report intervals and `compare` (their fallback is tested without it).
-    session.install(".[gymnasium,record,analysis]", *_group("test"))
+    session.install(".[gymnasium,record,analysis,adapters]", *_group("test"))
     # The interop suite needs the rlmesh peer and runs in its own session.
     session.run("pytest", "-m", "not interop", "--ignore=tests/interop", *session.posargs)
 
@@ -124,7 +124,7 @@ def protos_check(session: nox.Session) -> None:
 @nox.session(python=DEFAULT_PYTHON)
 def interop(session: nox.Session) -> None:
     """Wire tests against the real rlmesh 0.1.0 peer, in both directions."""
-    session.install(".[gymnasium,record]", *_group("test"), RLMESH_PEER)
+    session.install(".[gymnasium,record,adapters]", *_group("test"), RLMESH_PEER)
     # The interop tests skip without the peer; here its absence must fail, not skip.
     session.run(
         "python", "-c", "import rlmesh; assert rlmesh.__version__ == '0.1.0', rlmesh.__version__"

@@ -6,7 +6,7 @@ Usage: ``python bench/run.py [--quick] [--json PATH] [--only 1a,1b,...] [--no-pr
 
 Every scenario interleaves rounds of the two sides (A B, B A, A B, ...) after one
 discarded warm-up pair, and reports medians over rounds. The machine is shared and
-noisy: read the ratio column, not the absolute numbers. Scenarios 1-3, 5 and 6 need rlmesh
+noisy: read the ratio column, not the absolute numbers. Scenarios 1-3 and 5-8 need rlmesh
 (``rlmesh[gymnasium,numpy]==0.1.0``) and are skipped without it; scenario 4 and the
 profile of scenario 4 need only trio-rlmesh and Gymnasium. See ``bench/README.md``.
 """
@@ -34,6 +34,7 @@ if str(HERE) not in sys.path:
 
 import bench_envs  # noqa: E402
 import bench_policies  # noqa: E402
+from bench_adapters import ours_runner, scenario_adapter  # noqa: E402
 from bench_fleet import FLEET_SIZE, scenario_fleet  # noqa: E402
 from bench_gym import (  # noqa: E402
     run_ours_async,
@@ -71,12 +72,15 @@ ALL_SCENARIOS = (
     "6i",
     "7",
     "7r",
+    "8a",
+    "8b",
     "w",
 )
 REMOTE_SCENARIOS = (
     *("1a", "1b", "1a-grpclib", "1b-grpclib", "2", "3", "5s", "5a", "5v", "6", "6i", "7"),
+    *("8a", "8b"),
 )
-"""The scenarios that need rlmesh (its env server, its runtime or its clients)."""
+"""The scenarios that need rlmesh (its env server, its runtime or its clients, its adapters)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,10 @@ class Sizes:
     fleet_episodes: int
     """Episodes per endpoint and round of scenario 7 (5 ms steps, at most 50 each)."""
     profile_episodes: int
+    adapter_camera_calls: int
+    """transform_obs + transform_action pairs per round of scenario 8a (the camera)."""
+    adapter_state_calls: int
+    """Pairs per round of scenario 8b (state and text only)."""
     warmup: bool
     """Run and discard one pair before the measured rounds."""
 
@@ -112,6 +120,8 @@ FULL = Sizes(
     gym_vector_steps=300,
     fleet_episodes=4,
     profile_episodes=4,
+    adapter_camera_calls=150,
+    adapter_state_calls=3000,
     warmup=True,
 )
 QUICK = Sizes(
@@ -125,6 +135,8 @@ QUICK = Sizes(
     gym_vector_steps=40,
     fleet_episodes=1,
     profile_episodes=1,
+    adapter_camera_calls=10,
+    adapter_state_calls=200,
     warmup=False,
 )
 
@@ -384,6 +396,27 @@ def run_all(
             )
         else:
             skipped.append("scenario 7r: Minari is not installed (pip install '.[record]')")
+    for scenario in ("8a", "8b"):
+        if scenario not in remote:
+            continue
+        calls = sizes.adapter_camera_calls if scenario == "8a" else sizes.adapter_state_calls
+        _log(f"scenario {scenario}: adapter transform_obs + transform_action vs rlmesh.adapters")
+        with _surviving(f"scenario {scenario}", skipped):
+            result = scenario_adapter(
+                scenario, rounds=sizes.rounds, calls=calls, log=_log, warmup=sizes.warmup
+            )
+            results.append(result)
+            if profile:
+                _log(f"profiling {scenario} (our adapter)")
+                runner = ours_runner(scenario)  # resolved before the profile starts
+                profiles.append(
+                    profile_run(
+                        f"{scenario}: {result.title}",
+                        lambda runner=runner, calls=calls: runner(calls),  # type: ignore[misc]
+                        lambda sample: sample.steps,
+                        unprofiled_us_per_step=_us_per_step(result),
+                    )
+                )
     for result in results:
         note = _transport_note(result)
         if note:

@@ -197,3 +197,20 @@ def test_fleet_scenario_prints_its_three_figures() -> None:
     batch = results[0].figures["7-batch"]
     assert 1.0 <= batch <= 2.0
     assert "7-batch" in format_targets(results)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(
+    ("which", "scenario"), [("8a", "8a-adapter-camera"), ("8b", "8b-adapter-state")]
+)
+def test_adapter_scenarios_against_rlmesh_adapters(which: str, scenario: str) -> None:
+    pytest.importorskip("rlmesh")
+    bench = _load_bench()
+    from bench_targets import format_targets
+
+    result = bench.scenario_adapter(which, rounds=1, calls=3, log=lambda _: None, warmup=False)
+    assert result.scenario == scenario
+    _check_side(result.ours)
+    _check_side(result.theirs)
+    assert result.ours.steps == result.theirs.steps == 3
+    assert scenario in format_targets([result])
