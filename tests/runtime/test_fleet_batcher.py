@@ -8,13 +8,14 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from trio_rlmesh import Error, ProtocolError
+from trio_rlmesh import Error, ModelError, ProtocolError
 from trio_rlmesh.protocol import model_v1
 from trio_rlmesh.runtime import ModelPrediction, RuntimeLimits
 from trio_rlmesh.runtime._calls import Outcome
-from trio_rlmesh.runtime._fleet import Fleet, FleetBatcher, FleetRun
+from trio_rlmesh.runtime._fleet import Fleet, FleetBatcher
+from trio_rlmesh.runtime._fleetrun import FleetRun
 from trio_rlmesh.runtime._pool import EpisodePool
-from trio_rlmesh.testing import FakeEnv, FakeModel
+from trio_rlmesh.testing import FakeEnv, FakeModel, Fault
 
 from ._support import ShortModel, fake_endpoints
 
@@ -139,9 +140,9 @@ async def test_a_driver_waiting_for_work_is_not_waited_for(autojump_clock: MockC
     assert batcher is not None
     batcher.join()
     batcher.join()
-    pool.claim("elsewhere")  # the one episode runs on another endpoint: nothing to start
+    pool.claim("elsewhere", [0])  # the one episode runs on another endpoint: nothing to start
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(fleet.wait_for_work)
+        nursery.start_soon(fleet.wait_for_work, "here")
         await trio.sleep(1)
         assert batcher.participants == 1
         pool.complete(0)
@@ -202,3 +203,45 @@ async def test_a_fused_answer_of_the_wrong_length_fails_the_fleet(
         info.value
     )
     assert model.group_sizes == [2]
+
+
+async def test_a_failed_fused_call_names_the_step_it_failed_at(autojump_clock: MockClock) -> None:
+    """A fused call's error is the drivers' own: it names the runtime step and the lane."""
+    envs = {f"env:{k}": FakeEnv(episode_length=5, delays={"env.step": 1.0}) for k in (1, 2)}
+    model = FakeModel(fuses_predicts=True, faults=[Fault("model.predict", at=3)])
+    fleet = Fleet(EpisodePool(max_episodes=4), model, RuntimeLimits(), fuse_wait=3.0)
+
+    with pytest.raises(ModelError) as info:
+        await FleetRun(list(envs), fleet, session_id="s").run(*fake_endpoints(envs, model))
+    assert model.group_sizes == [2, 2, 2]
+    # Both endpoints stepped twice before the third fused call (reset, step 1, step 2).
+    assert (info.value.operation, info.value.step, info.value.lane) == ("model.predict", 2, 0)
+
+
+class PendingModel(FakeModel):
+    """Notes, at each fused call, the most samples the fleet's own telemetry holds unfolded."""
+
+    fleet: Fleet
+    most = 0
+
+    async def predict_group(
+        self, requests: Sequence[model_v1.PredictRequest]
+    ) -> list[ModelPrediction | Error]:
+        pending = (len(series.pending) for series in self.fleet.telemetry._series.values())
+        self.most = max(self.most, *pending, 0)
+        return await super().predict_group(requests)
+
+
+async def test_a_long_fleet_run_keeps_its_own_telemetry_bounded(autojump_clock: MockClock) -> None:
+    """The fleet records each fused call once; over a long run those samples are folded
+    into reservoirs now and then instead of piling up, and none is lost."""
+    envs = {f"env:{k}": FakeEnv(episode_length=600) for k in (1, 2)}
+    model = PendingModel(fuses_predicts=True)
+    model.fleet = fleet = Fleet(EpisodePool(max_episodes=4), model, RuntimeLimits(), fuse_wait=3.0)
+    run = FleetRun(list(envs), fleet, session_id="s")
+    report = await run.run(*fake_endpoints(envs, model, max_episodes=4))
+    calls = len(model.group_sizes)
+    assert calls > 1100
+    assert 0 < model.most <= 1024
+    (size,) = [r for r in report.telemetry if (r.op, r.metric) == ("model.predict", "group.size")]
+    assert size.count == calls

@@ -7,7 +7,8 @@ private module of it (``tests/test_layering.py`` checks that).
 
 from __future__ import annotations
 
-from ._fleet import DEFAULT_FUSE_WAIT, Fleet, FleetRun
+from ._fleet import DEFAULT_FUSE_WAIT, Fleet
+from ._fleetrun import FleetRun
 from ._ids import mint_uuid7
 from ._pool import EpisodePool
 from ._telemetry import format_telemetry
