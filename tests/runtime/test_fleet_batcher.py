@@ -34,7 +34,7 @@ def recording(
         requests: Sequence[model_v1.PredictRequest], keys: Sequence[str]
     ) -> list[Outcome]:
         groups.append((trio.current_time(), sorted(keys)))
-        batcher[0].served(keys, trio.current_time())
+        batcher[0].served(keys, trio.current_time(), 0.0)
         return [ModelPrediction(model_v1.PredictResponse(context=r.context)) for r in requests]
 
     batcher.append(FleetBatcher(fused, wait=5.0))
@@ -117,6 +117,51 @@ async def test_a_group_does_not_wait_for_an_endpoint_a_whole_turnaround_away(
         (13.0, ["a", "b"]),
         (15.0, ["a", "b"]),
     ]
+
+
+SLOW_MODEL_GROUPS = {
+    # Answered at 4, a is back at 5 and b, due at 7, within one call's time: they go
+    # together at 7, then every 7 s (4 s of model, 3 s of b's env).
+    1.0: [(0.0, ["a", "b"]), (7.0, ["a", "b"]), (14.0, ["a", "b"])],
+    # wait=0 takes what is ready: the two drift apart and each pays for its own calls.
+    0.0: [(0.0, ["a", "b"]), (5.0, ["a"]), (9.0, ["b"]), (13.0, ["a"]), (17.0, ["b"])],
+}
+
+
+@pytest.mark.parametrize("wait", sorted(SLOW_MODEL_GROUPS))
+async def test_a_slow_model_keeps_the_fleet_in_one_group(
+    autojump_clock: MockClock, wait: float
+) -> None:
+    """When a fused call takes longer than ``wait``, a group waits up to one call's time for
+    an endpoint that is due: letting it miss the call would cost the model another."""
+    groups: list[tuple[float, list[str]]] = []
+    batcher: list[FleetBatcher[str]] = []
+
+    async def fused(
+        requests: Sequence[model_v1.PredictRequest], keys: Sequence[str]
+    ) -> list[Outcome]:
+        started = trio.current_time()
+        groups.append((started, sorted(keys)))
+        await trio.sleep(4.0)  # the model's fixed cost per call
+        batcher[0].served(keys, trio.current_time(), trio.current_time() - started)
+        return [ModelPrediction(model_v1.PredictResponse(context=r.context)) for r in requests]
+
+    batcher.append(FleetBatcher(fused, wait=wait))
+    turnaround = {"a": 1.0, "b": 3.0}  # b's env steps a little slower
+
+    async def endpoint(name: str) -> None:
+        batcher[0].join()
+        while True:
+            await batcher[0].submit(request(0), name)
+            await trio.sleep(turnaround[name])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batcher[0].serve)
+        for name in "ab":
+            nursery.start_soon(endpoint, name)
+        await trio.sleep(20)
+        nursery.cancel_scope.cancel()
+    assert groups == SLOW_MODEL_GROUPS[wait]
 
 
 async def test_a_cancelled_submit_does_not_reach_the_model(autojump_clock: MockClock) -> None:

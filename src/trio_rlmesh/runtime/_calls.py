@@ -561,8 +561,8 @@ class PredictBatcher(Generic[_K]):
     def leave(self) -> None:
         """A task that joined will submit no more."""
 
-    def served(self, keys: Sequence[_K], when: float) -> None:
-        """The requests of ``keys`` were answered at ``when``."""
+    def served(self, keys: Sequence[_K], when: float, took: float) -> None:
+        """The requests of ``keys`` were answered at ``when``, by a call of ``took`` seconds."""
 
     def _arrived(self, key: _K) -> None:
         """``key``'s request is pending: wake the batcher."""

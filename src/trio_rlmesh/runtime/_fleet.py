@@ -161,7 +161,7 @@ class Fleet:
         call = self._call
         outcomes, ms = await call_fused(call, requests, lane, first.step(), first.model_id)
         if self.batcher is not None:
-            self.batcher.served(keys, call.finished)
+            self.batcher.served(keys, call.finished, ms / 1e3)
         self._rpc(ms)
         self._size(len(requests))
         self._calls += 1
@@ -219,18 +219,27 @@ class FleetBatcher(PredictBatcher[_K]):
 
     Every task that may submit (a driver's lane group) is a *participant*, counted by
     :meth:`join` and :meth:`leave`. A group goes when every participant has a request in
-    it, or ``wait`` seconds after it started gathering, or as soon as no missing
-    participant is expected before then. An endpoint that was just answered is off
-    stepping its env: it is expected back one *turnaround* (its last time from an answer
-    to its next request) after that answer. So a group waits for participants not
+    it, or when its *bound* has passed since it started gathering, or as soon as no
+    missing participant is expected before then. An endpoint that was just answered is
+    off stepping its env: it is expected back one *turnaround* (its last time from an
+    answer to its next request) after that answer. So a group waits for participants not
     answered yet and for those due within the bound (or overdue by less than it), and
     ready rows never sit waiting for an endpoint a whole env step away. Keys must be
     hashable: each names one participant.
+
+    The bound is ``wait``, or the model's last fused call if that took longer: a row that
+    misses a call waits for the next one, which costs the model a whole call again, so
+    for a model whose call costs about the same whatever the batch, waiting up to one
+    call's time for an endpoint that is due keeps the fleet in one group instead of
+    letting it drift into several that each pay for a call. ``wait=0`` never waits: a
+    group takes what is ready.
     """
 
     def __init__(self, fused: FusedPredict[_K], *, wait: float) -> None:
         super().__init__(fused)
         self._wait = wait
+        self._bound = wait
+        """How long a group may wait: ``wait``, or the last fused call if longer."""
         self.participants = 0
         """Tasks that may submit."""
         self._away: dict[_K, float] = {}
@@ -249,11 +258,14 @@ class FleetBatcher(PredictBatcher[_K]):
         self.participants -= 1
         self._wakeup.set()
 
-    def served(self, keys: Sequence[_K], when: float) -> None:
-        """The requests of ``keys`` were answered at ``when``: those participants are away."""
+    def served(self, keys: Sequence[_K], when: float, took: float) -> None:
+        """The requests of ``keys`` were answered at ``when``, by a call of ``took``
+        seconds: those participants are away, and the next group's bound follows."""
         away = self._away
         for key in keys:
             away[key] = when
+        if self._wait:
+            self._bound = max(self._wait, took)
 
     def _arrived(self, key: _K) -> None:
         answered = self._away.pop(key, None)
@@ -274,7 +286,7 @@ class FleetBatcher(PredictBatcher[_K]):
         away = self._away
         if pending + len(away) < self.participants:
             return True  # a participant never answered yet: it may come any time
-        turnaround, since = self._turnaround, now - self._wait
+        turnaround, since = self._turnaround, now - self._bound
         for key, answered in away.items():
             if since <= answered + turnaround.get(key, 0.0) <= deadline:
                 return True
@@ -284,7 +296,7 @@ class FleetBatcher(PredictBatcher[_K]):
         if not self._pending:
             return
         now = trio.current_time()
-        self._deadline = deadline = now + self._wait
+        self._deadline = deadline = now + self._bound
         try:
             with trio.move_on_at(deadline):
                 while self._pending and self._missing(now, deadline):
