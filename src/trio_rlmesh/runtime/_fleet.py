@@ -68,9 +68,10 @@ class Fleet:
         model: the one model endpoint.
         limits: the run's limits (``model_predict_timeout`` bounds each fused call).
         fuse_wait: how long a fused predict may wait for every endpoint's request
-            before it goes without the missing ones (0: take what is ready, after the
-            endpoints due now). ``None``: a group never waits, it takes the requests
-            already there (a fleet of one, whose lanes wake together).
+            before it goes without the missing ones, or one model call's time if that is
+            longer (see :class:`FleetBatcher`; 0: take what is ready). ``None``: no
+            gathering at all, a group takes the requests already there after one
+            scheduling pass (a fleet of one, whose lanes wake together).
         route: how a fused call's errors name the route.
         groups: how many lane groups may predict at the same time, if known (a fleet
             of one); with one, nothing is ever fused. ``None``: several (a fleet).
