@@ -19,6 +19,11 @@ import importlib.util
 import json
 import math
 import os
+
+# One BLAS thread, asked for before numpy loads: a model's matrix products then cost a fixed
+# amount of one CPU per call (scenario 7c), and eight models on threads do not each spin up
+# a BLAS thread pool on a shared machine. Set OPENBLAS_NUM_THREADS to measure otherwise.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import platform
 import statistics
 import sys
@@ -35,7 +40,7 @@ if str(HERE) not in sys.path:
 import bench_envs  # noqa: E402
 import bench_policies  # noqa: E402
 from bench_adapters import ours_runner, scenario_adapter  # noqa: E402
-from bench_fleet import FLEET_SIZE, scenario_fleet  # noqa: E402
+from bench_fleet import FLEET_SIZE, scenario_fleet, scenario_fleet_cpu  # noqa: E402
 from bench_gym import (  # noqa: E402
     run_ours_async,
     run_ours_sync,
@@ -71,13 +76,14 @@ ALL_SCENARIOS = (
     "6",
     "6i",
     "7",
+    "7c",
     "7r",
     "8a",
     "8b",
     "w",
 )
 REMOTE_SCENARIOS = (
-    *("1a", "1b", "1a-grpclib", "1b-grpclib", "2", "3", "5s", "5a", "5v", "6", "6i", "7"),
+    *("1a", "1b", "1a-grpclib", "1b-grpclib", "2", "3", "5s", "5a", "5v", "6", "6i", "7", "7c"),
     *("8a", "8b"),
 )
 """The scenarios that need rlmesh (its env server, its runtime or its clients, its adapters)."""
@@ -370,19 +376,25 @@ def run_all(
                     user_code=user_code,
                 )
             )
-    if "7" in remote:
-        _log(f"scenario 7: a fleet run over {FLEET_SIZE} endpoints with 5 ms steps")
+    fleets = [s for s in ("7", "7c") if s in remote]
+    if fleets:
         with (
-            _surviving("scenario 7", skipped),
+            _surviving(f"scenario {', '.join(fleets)}", skipped),
             rlmesh_fleet("slow", FLEET_SIZE) as addresses,
         ):
-            results += scenario_fleet(
-                addresses,
-                rounds=sizes.rounds,
-                episodes=sizes.fleet_episodes,
-                log=_log,
-                warmup=sizes.warmup,
-            )
+            for scenario, model, run_fleet in (
+                ("7", "a model that costs almost nothing", scenario_fleet),
+                ("7c", "a CPU-bound model", scenario_fleet_cpu),
+            ):
+                if scenario in fleets:
+                    _log(f"scenario {scenario}: a fleet of {FLEET_SIZE} 5 ms endpoints, {model}")
+                    results += run_fleet(
+                        addresses,
+                        rounds=sizes.rounds,
+                        episodes=sizes.fleet_episodes,
+                        log=_log,
+                        warmup=sizes.warmup,
+                    )
     if "7r" in scenarios:
         if _has_minari():
             _log("scenario 7r: in-process CartPole recorded into a Minari dataset vs unrecorded")

@@ -6,7 +6,7 @@ contracts the runtime cannot drive, resolve the model route before driving (exec
 horizon, observation history) through :meth:`RuntimeModel.resolve`, build the session
 spec from :class:`RunLocalOptions` (in one place) and drive it. Several env addresses
 make a fleet run (:func:`_run_fleet`): the same path once per endpoint, under one
-:class:`~trio_rlmesh.runtime._fleet.FleetRun`. The gRPC transport is imported inside the
+:class:`~trio_rlmesh.runtime._fleetrun.FleetRun`. The gRPC transport is imported inside the
 functions, so ``import trio_rlmesh`` stays free of it.
 """
 
@@ -451,10 +451,10 @@ async def _run_fleet(
     task_status: trio.TaskStatus[Any],
 ) -> RuntimeReport:
     """One run over every address of ``options.env_address``: every endpoint opened, the
-    fleet admitted (one pair of spaces; see :class:`~trio_rlmesh.runtime._fleet.FleetRun`),
+    fleet admitted (one pair of spaces; see :class:`~trio_rlmesh.runtime._fleetrun.FleetRun`),
     then :func:`_prepare` per endpoint.
 
-    ``task_status.started`` receives the :class:`~trio_rlmesh.runtime._fleet.FleetRun`
+    ``task_status.started`` receives the :class:`~trio_rlmesh.runtime._fleetrun.FleetRun`
     (it has ``cancel`` too) before any endpoint is opened.
     """
     from .runtime import RuntimeLimits

@@ -14,7 +14,8 @@ from ._comparison import (
     paired_order,
     performance_profiles,
 )
-from ._fleet import DEFAULT_FUSE_WAIT, Fleet, FleetRun
+from ._fleet import DEFAULT_FUSE_WAIT, Fleet
+from ._fleetrun import FleetRun
 from ._ids import mint_uuid7
 from ._pool import EpisodePool
 from ._summary import (

@@ -36,11 +36,12 @@ from ...protocol._internal import (
     highest_shared_edition,
 )
 from ...runtime import EndpointTimings, EnvResetResult, EnvStepResult
-from ._backend import BackendName, Channel, get_backend
+from ._backend import BackendName, Channel
 from ._codec import decode, encode
 from ._errors import map_transport_error
 from ._handshake import ENV_HANDSHAKE, ENV_JOIN, ENV_SHUTDOWN, auth_metadata, handshake_request
 from ._join import JoinMux, JoinStatistics
+from ._registry import get_backend
 from ._settings import DEFAULT_SETTINGS, GrpcSettings
 from ._status import GrpcError, Status
 

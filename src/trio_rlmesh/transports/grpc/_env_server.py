@@ -62,9 +62,10 @@ from .._envhost import (
     plan_timings,
     run_plan,
 )
-from ._backend import BackendName, ServerCall, check_backend
+from ._backend import BackendName, ServerCall
 from ._codec import encode
 from ._handshake import ENV_HANDSHAKE, ENV_JOIN, ENV_SHUTDOWN, handshake_response
+from ._registry import check_backend
 from ._server import JoinSession, ServerCore, run_server
 from ._settings import DEFAULT_SETTINGS, GrpcSettings
 from ._status import GrpcError, Status

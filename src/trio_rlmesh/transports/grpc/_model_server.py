@@ -43,9 +43,10 @@ from ...protocol._internal import (
     COMPONENT_MODEL,
 )
 from ...runtime._internal import ServingUserCode
-from ._backend import BackendName, ServerCall, check_backend
+from ._backend import BackendName, ServerCall
 from ._codec import encode
 from ._handshake import MODEL_HANDSHAKE, MODEL_JOIN, MODEL_SHUTDOWN, handshake_response
+from ._registry import check_backend
 from ._server import JoinSession, ServerCore, run_server
 from ._settings import DEFAULT_SETTINGS, GrpcSettings
 

@@ -32,11 +32,12 @@ import attrs
 import trio
 
 from ...protocol import core_v1
-from ._backend import Handler, ServerCall, get_backend
+from ._backend import Handler, ServerCall
 from ._codec import decode, encode
 from ._errors import could_not_listen
 from ._handshake import AUTHORIZATION_HEADER
 from ._health import HEALTH_HANDLERS
+from ._registry import get_backend
 from ._settings import GrpcSettings
 from ._status import GrpcError, Status
 
