@@ -17,7 +17,7 @@ from typing import Any
 import trio
 
 from ..runtime._internal import SERVING_USER_CODE_MODES
-from ..transports.grpc import BACKENDS
+from ..transports.grpc import BACKENDS, ServerLimits
 from ._exit import EXIT_CANCELLED, EXIT_OK, Interrupts, UsageError, describe
 from ._targets import (
     add_env_kwargs_options,
@@ -32,6 +32,11 @@ __all__ = ["add_serve_parsers"]
 
 ServeFn = Callable[[trio.TaskStatus[str]], Awaitable[None]]
 
+DEFAULT_LIMITS = ServerLimits()
+_LIMIT_OPTIONS = {
+    "max_connections": "--max-connections",
+    "idle_timeout": "--idle-connection-timeout",
+}
 DEFAULT_DRAIN_TIMEOUT = 5.0
 STOP_MARGIN = 2.0
 """Seconds past the drain timeout a signalled server may take to stop before the process
@@ -90,6 +95,22 @@ def add_serve_parsers(commands: Any) -> None:
             default="trio",
             help="gRPC over h2 on trio (default), or grpclib on an asyncio helper thread",
         )
+        sub.add_argument(
+            "--max-connections",
+            type=int,
+            default=DEFAULT_LIMITS.max_connections,
+            metavar="N",
+            help="connections served at once; past it, the one idle longest is closed "
+            f"(default {DEFAULT_LIMITS.max_connections})",
+        )
+        sub.add_argument(
+            "--idle-connection-timeout",
+            type=float,
+            default=DEFAULT_LIMITS.idle_timeout,
+            metavar="S",
+            help="close a connection that has had no call for S seconds "
+            f"(default {DEFAULT_LIMITS.idle_timeout:g})",
+        )
 
 
 def serve_env_command(args: argparse.Namespace) -> int:
@@ -100,6 +121,7 @@ def serve_env_command(args: argparse.Namespace) -> int:
         if args.num_envs is not None and args.num_envs < 1:
             raise UsageError(f"--num-envs must be at least 1, got {args.num_envs}")
         check_bind_address(args.bind)
+        limits = _server_limits(args)
         token = resolve_token(args)
         env = load_env_target(args.env, env_kwargs(args.env_kwargs, args.env_arg))
         if args.num_envs not in (None, 1) and not callable(env):
@@ -118,6 +140,7 @@ def serve_env_command(args: argparse.Namespace) -> int:
                 drain_timeout=args.drain_timeout,
                 user_code=args.user_code,
                 backend=args.grpc_backend,
+                limits=limits,
                 task_status=task_status,
             )
 
@@ -132,6 +155,7 @@ def serve_model_command(args: argparse.Namespace) -> int:
 
     def prepare() -> ServeFn:
         check_bind_address(args.bind)
+        limits = _server_limits(args)
         token = resolve_token(args)
         model = load_model_target(args.model)
 
@@ -143,12 +167,26 @@ def serve_model_command(args: argparse.Namespace) -> int:
                 drain_timeout=args.drain_timeout,
                 user_code=args.user_code,
                 backend=args.grpc_backend,
+                limits=limits,
                 task_status=task_status,
             )
 
         return serve
 
     return _run_server(args, prepare)
+
+
+def _server_limits(args: argparse.Namespace) -> ServerLimits:
+    """The limits the options ask for (ServerLimits validates them; its words, our flags)."""
+    try:
+        return ServerLimits(
+            max_connections=args.max_connections, idle_timeout=args.idle_connection_timeout
+        )
+    except ValueError as exc:
+        message = str(exc)
+        for field, flag in _LIMIT_OPTIONS.items():
+            message = message.replace(field, flag)
+        raise UsageError(message) from None
 
 
 def _check_drain_timeout(args: argparse.Namespace) -> None:

@@ -23,7 +23,7 @@ the trio backend does, from outside grpclib:
 * past ``max_connections``, the connection idle longest is closed to make room (or the new
   one, if none is idle); when ``accept`` fails for want of descriptors, asyncio itself
   pauses accepting for a second, and :func:`loop_exception_handler` turns its traceback
-  into one line per 10 s and closes the connection idle longest.
+  into one line per 10 s and closes the ``DESCRIPTOR_RELIEF`` connections idle longest.
 
 ``max_concurrent_streams`` is advertised in a second SETTINGS frame (grpclib sends h2's
 default of 100 in its first); until the client acknowledges it, 100 applies. What stays
@@ -48,7 +48,7 @@ import h2.settings
 from grpclib.server import Server
 
 from ._guard import Abuse, FrameGuard, Throttle, request_headers
-from ._settings import ServerLimits
+from ._settings import DESCRIPTOR_RELIEF, ServerLimits
 from ._status import encode_grpc_message
 
 __all__ = ["CLOSE_GRACE", "TrackedServer", "loop_exception_handler"]
@@ -294,17 +294,17 @@ class TrackedServer(Server):
         self.connections[conn] = None
         return True
 
-    def make_room(self, reason: str) -> bool:
-        """Close the connection that has had no call for longest; whether there was one."""
-        idle = [
+    def make_room(self, reason: str, count: int = 1) -> int:
+        """Close up to ``count`` connections, those with no call for longest first; how
+        many were closed."""
+        idle = sorted(
             (since, n, conn)
             for n, conn in enumerate(self.connections)
             if not conn._cut and (since := conn.idle_since) is not None
-        ]
-        if not idle:
-            return False
-        min(idle)[2].evict(reason)
-        return True
+        )[:count]
+        for _, _, conn in idle:
+            conn.evict(reason)
+        return len(idle)
 
     def stop_accepting(self) -> None:
         """Close the listener; open connections and running handlers are left alone."""
@@ -349,12 +349,14 @@ def loop_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, A
     exc = context.get("exception")
     for server in list(_SERVERS):
         if sock is not None and server.listens_on(sock.fileno()):
-            made_room = server.make_room(f"the server is out of descriptors ({exc})")
+            made_room = server.make_room(
+                f"the server is out of descriptors ({exc})", DESCRIPTOR_RELIEF
+            )
             _LOG.warning(
                 "accept",
                 f"accept failed: {exc} ({len(server.connections)} connections open); "
                 + (
-                    "closed the longest-idle connection to make room"
+                    f"closed the {made_room} longest-idle connection(s) to make room"
                     if made_room
                     else "no idle connection to close, retrying in 1 s; raise the descriptor "
                     "limit (ulimit -n) or lower max_connections"

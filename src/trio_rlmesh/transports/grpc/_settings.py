@@ -9,7 +9,13 @@ import attrs
 
 from ...protocol._internal import MAX_MESSAGE_SIZE
 
-__all__ = ["DEFAULT_LIMITS", "DEFAULT_SETTINGS", "GrpcSettings", "ServerLimits"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "DEFAULT_SETTINGS",
+    "DESCRIPTOR_RELIEF",
+    "GrpcSettings",
+    "ServerLimits",
+]
 
 _MiB: Final = 1024 * 1024
 
@@ -101,3 +107,7 @@ class ServerLimits:
 
 
 DEFAULT_LIMITS: Final = ServerLimits()
+
+DESCRIPTOR_RELIEF: Final = 16
+"""Connections a server closes (the longest-idle first) each time ``accept`` finds the
+process out of descriptors, so the clients queued behind a flood of idle ones get in."""

@@ -5,12 +5,13 @@ socket, and replies come back through the connection's one reader task. TCP sock
 ``TCP_NODELAY`` (trio sets it on every TCP stream it makes).
 
 The server's own accept loop (not ``trio.serve_listeners``, which logs a traceback every
-0.1 s while descriptors run out) applies :class:`~._settings.ServerLimits`: past
-``max_connections``, or when ``accept`` fails for want of descriptors, the connection that
-has had no call for longest is closed to make room; with none idle, a new connection is
-closed at once, and a failing ``accept`` backs off (10 ms doubling to 1 s). Each of these
-is logged once per 10 s at most. A connection's calls are bounded by its
-``max_concurrent_streams`` handlers.
+0.1 s while descriptors run out) applies :class:`~._settings.ServerLimits`. Past
+``max_connections``, the connection that has had no call for longest is closed to make
+room, and with none idle the new connection is closed at once. When ``accept`` fails for
+want of descriptors, up to ``DESCRIPTOR_RELIEF`` idle connections are closed (longest
+idle first) and ``accept`` is tried again 10 ms later; with none idle, it backs off
+(doubling to 1 s). Each of these is logged once per 10 s at most. A connection's calls
+are bounded by its ``max_concurrent_streams`` handlers.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ._address import Address, parse_address, parse_bind_address
 from ._backend import BackendName, Handler, handler_outcome, unary_call
 from ._h2 import SERVER_LOG, H2Connection, H2Stream
 from ._memory import connect_memory, listen_memory
-from ._settings import DEFAULT_LIMITS, GrpcSettings, ServerLimits
+from ._settings import DEFAULT_LIMITS, DESCRIPTOR_RELIEF, GrpcSettings, ServerLimits
 from ._status import ConnectionLost, GrpcError, Status, format_grpc_timeout, parse_grpc_timeout
 
 __all__ = ["TRIO_BACKEND", "TrioBackend", "TrioChannel", "TrioServer"]
@@ -269,14 +270,16 @@ class TrioServer:
             except OSError as exc:
                 if exc.errno not in OUT_OF_DESCRIPTORS:
                     raise
-                made_room = self._make_room(f"the server is out of descriptors ({exc.strerror})")
+                made_room = self._make_room(
+                    f"the server is out of descriptors ({exc.strerror})", DESCRIPTOR_RELIEF
+                )
                 SERVER_LOG.warning(
                     "accept",
                     f"{self.address}: accept failed: {exc.strerror} (errno "
                     f"{errno.errorcode.get(exc.errno or 0, exc.errno)}, {len(self._connections)} "
                     f"connections open); "
                     + (
-                        "closed the longest-idle connection to make room"
+                        f"closed the {made_room} longest-idle connection(s) to make room"
                         if made_room
                         else f"no idle connection to close, retrying in {backoff:g} s; "
                         "raise the descriptor limit (ulimit -n) or lower max_connections"
@@ -300,17 +303,17 @@ class TrioServer:
                 continue
             connections.start_soon(self._serve_connection, self._new_connection(transport))
 
-    def _make_room(self, reason: str) -> bool:
-        """Close the connection that has had no call for longest; whether there was one."""
-        idle = [
+    def _make_room(self, reason: str, count: int = 1) -> int:
+        """Close up to ``count`` connections, those with no call for longest first; how
+        many were closed."""
+        idle = sorted(
             (since, n, conn)
             for n, conn in enumerate(self._connections)
             if (since := conn.idle_since) is not None
-        ]
-        if not idle:
-            return False
-        min(idle)[2].evict(reason)
-        return True
+        )[:count]
+        for _, _, conn in idle:
+            conn.evict(reason)
+        return len(idle)
 
     def _new_connection(self, transport: trio.abc.Stream) -> H2Connection:
         """A new connection, counted at once (before its task runs)."""
