@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import tracemalloc
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import pytest
 import trio
@@ -29,8 +29,9 @@ from trio_rlmesh.transports.grpc import (
     serve_env,
 )
 from trio_rlmesh.transports.grpc._address import parse_address
-from trio_rlmesh.transports.grpc._backend import RunningServer, get_backend
+from trio_rlmesh.transports.grpc._backend import Handler, RunningServer, get_backend
 from trio_rlmesh.transports.grpc._codec import encode
+from trio_rlmesh.transports.grpc._guard import GOAWAY_GRACE
 from trio_rlmesh.transports.grpc._h2 import H2Connection, H2Stream
 from trio_rlmesh.transports.grpc._handshake import (
     ENV_HANDSHAKE,
@@ -40,7 +41,6 @@ from trio_rlmesh.transports.grpc._handshake import (
     HEALTH_WATCH,
 )
 from trio_rlmesh.transports.grpc._health import HEALTH_HANDLERS
-from trio_rlmesh.transports.grpc._lifecycle import GOAWAY_GRACE
 from trio_rlmesh.transports.grpc._memory import memory_stream_pair
 from trio_rlmesh.transports.grpc._status import Status
 from trio_rlmesh.transports.grpc._trio_backend import connect
@@ -92,6 +92,21 @@ async def env_server(
 async def attacker(address: str, *, hello: bool = True) -> AsyncIterator[Hostile]:
     async with hostile(await connect(parse_address(address)), hello=hello) as client:
         yield client
+
+
+@contextlib.asynccontextmanager
+async def health_server(
+    backend: BackendName,
+    address: str,
+    limits: ServerLimits,
+    handlers: Mapping[str, Handler] = HEALTH_HANDLERS,
+) -> AsyncIterator[tuple[RunningServer, Hostile]]:
+    """A bare server of ``handlers`` (health only, by default) and an attacker on it."""
+    async with (
+        get_backend(backend).open_server(address, handlers, QUIET, limits) as server,
+        attacker(server.address) as client,
+    ):
+        yield server, client
 
 
 async def assert_served(address: str, backend: BackendName, steps: int = 1) -> None:
@@ -231,12 +246,7 @@ async def test_a_reset_call_frees_its_handler_and_stream_at_once(
     gc.collect()
     before = sum(isinstance(o, H2Stream) for o in gc.get_objects())
     with within(20):
-        async with (
-            get_backend(backend).open_server(
-                address("health"), HEALTH_HANDLERS, QUIET, limits
-            ) as server,
-            attacker(server.address) as client,
-        ):
+        async with health_server(backend, address("health"), limits) as (server, client):
             sids = await _open_watches(client, 80)
             assert server.open_calls == 80
             await client.send(b"".join(client.reset(sid) for sid in sids))
@@ -260,10 +270,7 @@ async def test_handlers_still_finishing_count_toward_max_concurrent_streams(
 
     handlers = {**HEALTH_HANDLERS, "/test/Stubborn": stubborn}
     with trio.fail_after(300):
-        async with (
-            get_backend("trio").open_server("memory://h", handlers, QUIET, limits) as server,
-            attacker(server.address) as client,
-        ):
+        async with health_server("trio", "memory://h", limits, handlers) as (server, client):
             for _ in range(5):
                 sid, data = client.request(request_headers("/test/Stubborn"), b"")
                 await client.send(data + client.reset(sid))
@@ -314,12 +321,7 @@ async def test_a_connection_with_no_call_is_closed_after_the_idle_timeout(
     idle = 60.0 if backend == "trio" else 0.4
     limits = ServerLimits(idle_timeout=idle)
     with within(20):
-        async with (
-            get_backend(backend).open_server(
-                address("health"), HEALTH_HANDLERS, QUIET, limits
-            ) as server,
-            attacker(server.address) as client,
-        ):
+        async with health_server(backend, address("health"), limits) as (_, client):
             (watch,) = await _open_watches(client, 1)
             await trio.sleep(idle * 3)
             assert not client.closed.is_set()
@@ -399,12 +401,12 @@ async def test_past_max_connections_with_every_connection_busy_a_new_one_is_clos
 ) -> None:
     with within(20):
         async with (
-            get_backend(backend).open_server(
-                address("health"), HEALTH_HANDLERS, QUIET, LIMIT_3
-            ) as server,
+            health_server(backend, address("health"), LIMIT_3) as (server, first),
             contextlib.AsyncExitStack() as stack,
         ):
-            busy = [await stack.enter_async_context(attacker(server.address)) for _ in range(3)]
+            busy = [first] + [
+                await stack.enter_async_context(attacker(server.address)) for _ in range(2)
+            ]
             for client in busy:
                 await _open_watches(client, 1)
             async with attacker(server.address) as refused:

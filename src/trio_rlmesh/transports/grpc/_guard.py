@@ -18,8 +18,11 @@ arrived (:attr:`FrameGuard.settled`), for the handshake timeout. Malformed frami
 its business: ``h2`` still finds and refuses it.
 
 :func:`request_headers` is the one strict reading of a request's header list, shared by
-both backends, and :class:`Throttle` keeps a flood of identical events to one log line
-per interval.
+both backends. The connection limit's rules are here too, over any connection type with an
+``idle_since`` and an ``evict`` (:class:`Evictable`): :func:`admit` (room for one more, or
+refuse it), :func:`out_of_descriptors`, and :func:`make_room` beneath them. Every line a
+server logs about a client goes through :data:`SERVER_LOG`, a :class:`Throttle` that
+keeps a flood of identical events to one line per kind per 10 s.
 """
 
 from __future__ import annotations
@@ -28,13 +31,28 @@ import logging
 import math
 import struct
 import time
-from collections.abc import Callable, Iterable
-from typing import Final
+from collections.abc import Callable, Collection, Iterable
+from typing import Final, Protocol
 
-from ._settings import ServerLimits
+from ._settings import DESCRIPTOR_RELIEF, ServerLimits
 from ._status import Status
 
-__all__ = ["PREFACE", "Abuse", "FrameGuard", "Throttle", "request_headers"]
+__all__ = [
+    "GOAWAY_GRACE",
+    "PREFACE",
+    "SERVER_LOG",
+    "Abuse",
+    "Evictable",
+    "FrameGuard",
+    "Throttle",
+    "admit",
+    "cut_off",
+    "idle_reason",
+    "make_room",
+    "no_handshake",
+    "out_of_descriptors",
+    "request_headers",
+]
 
 PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 """The client connection preface that precedes every HTTP/2 client's first frame."""
@@ -296,3 +314,90 @@ class Throttle:
             skipped = self._skipped.pop(kind, 0)
             more = f" (and {skipped} more like it since the last such line)" if skipped else ""
             self.logger.warning("%s%s", message, more)
+
+
+GOAWAY_GRACE: Final = 1.0
+"""Seconds a connection a server closes (past a limit, idle, to make room) has for its
+socket to take the GOAWAY before it is closed anyway (the peer may not be reading)."""
+
+SERVER_LOG: Final = Throttle(logging.getLogger("trio_rlmesh.transports.grpc"))
+"""The servers' log of what clients do wrong: one line per kind per 10 s, whatever the rate."""
+
+
+def cut_off(peer: str, reason: str) -> None:
+    """Log that the connection with ``peer`` went past a limit and is cut off."""
+    SERVER_LOG.warning(
+        "abuse", f"closed the connection with {peer}: {reason} (GOAWAY ENHANCE_YOUR_CALM)"
+    )
+
+
+def no_handshake(peer: str, timeout: float) -> str:
+    """Log that ``peer`` never said hello within ``timeout``; the reason, in words."""
+    reason = f"no HTTP/2 preface and SETTINGS within {timeout:g} s"
+    SERVER_LOG.warning("handshake", f"closed the connection with {peer}: {reason}")
+    return reason
+
+
+def idle_reason(timeout: float) -> str:
+    """Why a connection idle for ``timeout`` is closed (also its GOAWAY's debug data)."""
+    return f"no call for {timeout:g} s"
+
+
+class Evictable(Protocol):
+    """A server's connection, as the connection limit sees it."""
+
+    @property
+    def idle_since(self) -> float | None:
+        """Since when it has had no call; ``None`` while it has one (or is ending)."""
+        ...
+
+    def evict(self, reason: str) -> None:
+        """Close it (GOAWAY ``NO_ERROR`` saying ``reason``); it is ending from now on."""
+        ...
+
+
+def make_room(connections: Iterable[Evictable], reason: str, count: int = 1) -> int:
+    """Close up to ``count`` of ``connections``, those with no call for longest first (the
+    oldest first among equals); how many were closed."""
+    idle = sorted(
+        (since, n) for n, conn in enumerate(connections) if (since := conn.idle_since) is not None
+    )[:count]
+    chosen = {n for _, n in idle}
+    for n, conn in enumerate(connections):
+        if n in chosen:
+            conn.evict(reason)
+    return len(chosen)
+
+
+def admit(connections: Collection[Evictable], limit: int | None, peer: str) -> bool:
+    """Whether a new connection from ``peer`` may be served: below ``limit``, or once the
+    longest-idle connection is closed to make room. A refusal is logged."""
+    if limit is None or len(connections) < limit:
+        return True
+    if make_room(connections, f"the server is at its limit of {limit} connections"):
+        return True
+    SERVER_LOG.warning(
+        "limit",
+        f"refused a connection from {peer}: all {limit} connections (max_connections) have "
+        "a call in progress",
+    )
+    return False
+
+
+def out_of_descriptors(connections: Collection[Evictable], error: str, retry: float) -> int:
+    """``accept`` failed with ``error`` for want of descriptors: close the
+    ``DESCRIPTOR_RELIEF`` connections idle longest, and log it; how many were closed."""
+    closed = make_room(
+        connections, f"the server is out of descriptors ({error})", DESCRIPTOR_RELIEF
+    )
+    SERVER_LOG.warning(
+        "accept",
+        f"accept failed: {error} ({len(connections)} connections open); "
+        + (
+            f"closed the {closed} longest-idle connection(s) to make room"
+            if closed
+            else f"no idle connection to close, retrying in {retry:g} s; raise the descriptor "
+            "limit (ulimit -n) or lower max_connections"
+        ),
+    )
+    return closed

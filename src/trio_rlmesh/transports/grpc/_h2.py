@@ -70,7 +70,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
-import logging
 import os
 import socket
 import struct
@@ -87,7 +86,15 @@ import h2.stream
 import trio
 
 from ._framing import HEADER_SIZE, MessageDecoder, frame
-from ._guard import Abuse, FrameGuard, Throttle, request_headers
+from ._guard import (
+    GOAWAY_GRACE,
+    Abuse,
+    FrameGuard,
+    cut_off,
+    idle_reason,
+    no_handshake,
+    request_headers,
+)
 from ._settings import DEFAULT_LIMITS, GrpcSettings, ServerLimits
 from ._status import (
     ConnectionLost,
@@ -98,16 +105,10 @@ from ._status import (
     encode_grpc_message,
 )
 
-__all__ = ["GOAWAY_GRACE", "SERVER_LOG", "H2Connection", "H2Stream", "Headers"]
+__all__ = ["H2Connection", "H2Stream", "Headers"]
 
 Headers = list[tuple[str, str]]
 
-logger = logging.getLogger("trio_rlmesh.transports.grpc")
-
-SERVER_LOG: Final = Throttle(logger)
-"""The server's log of what clients do wrong: one line per kind per 10 s, whatever the rate."""
-GOAWAY_GRACE: Final = 1.0
-"""Seconds a connection cut off for abuse waits for its socket to take the GOAWAY."""
 
 _READ_SIZE: Final = 256 * 1024
 _EAGER_READS: Final = 16
@@ -647,11 +648,7 @@ class H2Connection:
 
     async def _calm_down(self, reason: str) -> None:
         """The client went past a limit: GOAWAY ``ENHANCE_YOUR_CALM``, then the end."""
-        SERVER_LOG.warning(
-            "abuse",
-            f"closed the connection with {self.label or 'a client'}: {reason} "
-            "(GOAWAY ENHANCE_YOUR_CALM)",
-        )
+        cut_off(self.label or "a client", reason)
         await self._end_with_goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, reason)
 
     async def _end_with_goaway(self, code: int, reason: str) -> None:
@@ -1337,10 +1334,7 @@ class H2Connection:
         if limits.handshake_timeout is not None:
             await trio.sleep_until(self._idle_since + limits.handshake_timeout)
             if not guard.settled:
-                reason = f"no HTTP/2 preface and SETTINGS within {limits.handshake_timeout:g} s"
-                SERVER_LOG.warning(
-                    "handshake", f"closed the connection with {self.label or 'a client'}: {reason}"
-                )
+                reason = no_handshake(self.label or "a client", limits.handshake_timeout)
                 self._terminate(self._lost(f"this side closed the connection: {reason}"))
                 return
         idle = limits.idle_timeout
@@ -1351,7 +1345,7 @@ class H2Connection:
                 await self._became_idle.park()
             await trio.sleep_until(self._idle_since + idle)
             if self.idle_since is not None and trio.current_time() >= self._idle_since + idle:
-                detail = f"no call for {idle:g} s"
+                detail = idle_reason(idle)
                 await self.aclose(f"this side closed the connection: {detail}", detail=detail)
                 return
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import weakref
 from typing import Any, Final
 
@@ -47,24 +46,29 @@ import h2.exceptions
 import h2.settings
 from grpclib.server import Server
 
-from ._guard import Abuse, FrameGuard, Throttle, request_headers
-from ._settings import DESCRIPTOR_RELIEF, ServerLimits
+from ._guard import (
+    GOAWAY_GRACE,
+    Abuse,
+    FrameGuard,
+    admit,
+    cut_off,
+    idle_reason,
+    no_handshake,
+    out_of_descriptors,
+    request_headers,
+)
+from ._settings import ServerLimits
 from ._status import encode_grpc_message
 
 __all__ = ["CLOSE_GRACE", "TrackedServer", "loop_exception_handler"]
 
-logger = logging.getLogger("trio_rlmesh.transports.grpc")
-
 CLOSE_GRACE: Final = 1.0
 """Seconds a stop waits for cancelled handlers and closing connections before aborting."""
-GOAWAY_GRACE: Final = 1.0
-"""Seconds a connection cut off (abuse, idle, eviction) has to take its GOAWAY."""
 SWEEP_INTERVAL: Final = 1.0
 """Seconds between two looks at every connection's handshake and idle time (at most)."""
 _OUT_OF_DESCRIPTORS: Final = "socket.accept() out of system resource"
 """The message asyncio reports a failed ``accept`` with (EMFILE, ENFILE, ...)."""
 
-_LOG: Final = Throttle(logger)
 _SERVERS: weakref.WeakSet[TrackedServer] = weakref.WeakSet()
 """The servers running on the loop, for :func:`loop_exception_handler`."""
 
@@ -138,7 +142,10 @@ class _Tracked(asyncio.Protocol):
 
     @property
     def idle_since(self) -> float | None:
-        """Since when the connection has had no call, as last seen (``None``: it has one)."""
+        """Since when the connection has had no call, as last seen (``None``: it has one,
+        or it is ending)."""
+        if self._cut:
+            return None
         if self._streams():
             self._idle_since = None
         elif self._idle_since is None:
@@ -199,10 +206,7 @@ class _Tracked(asyncio.Protocol):
             self._loop.call_later(GOAWAY_GRACE, transport.abort)
 
     def _calm_down(self, reason: str) -> None:
-        _LOG.warning(
-            "abuse",
-            f"closed the connection with {self.label}: {reason} (GOAWAY ENHANCE_YOUR_CALM)",
-        )
+        cut_off(self.label, reason)
         self._say_goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, reason)
 
     def evict(self, reason: str) -> None:
@@ -217,8 +221,7 @@ class _Tracked(asyncio.Protocol):
         handshake = limits.handshake_timeout
         if handshake is not None and not self.guard.settled:
             if now - self.opened_at >= handshake:
-                reason = f"no HTTP/2 preface and SETTINGS within {handshake:g} s"
-                _LOG.warning("handshake", f"closed the connection with {self.label}: {reason}")
+                no_handshake(self.label, handshake)
                 self._cut = True
                 if self.transport is not None:
                     self.transport.abort()
@@ -226,7 +229,7 @@ class _Tracked(asyncio.Protocol):
         idle = limits.idle_timeout
         since = self.idle_since
         if idle is not None and since is not None and now - since >= idle:
-            self.evict(f"no call for {idle:g} s")
+            self.evict(idle_reason(idle))
 
 
 class TrackedServer(Server):
@@ -278,33 +281,11 @@ class TrackedServer(Server):
         return listener is not None and any(s.fileno() == fileno for s in listener.sockets)
 
     def _admit(self, conn: _Tracked) -> bool:
-        """A connection was accepted: make room for it if the server is full."""
-        limit = self.limits.max_connections
-        if (
-            limit is not None
-            and len(self.connections) >= limit
-            and not self.make_room(f"the server is at its limit of {limit} connections")
-        ):
-            _LOG.warning(
-                "limit",
-                f"refused a connection from {conn.label}: all {limit} connections "
-                "(max_connections) have a call in progress",
-            )
+        """A connection was accepted: whether it may be served (see :func:`admit`)."""
+        if not admit(self.connections, self.limits.max_connections, conn.label):
             return False
         self.connections[conn] = None
         return True
-
-    def make_room(self, reason: str, count: int = 1) -> int:
-        """Close up to ``count`` connections, those with no call for longest first; how
-        many were closed."""
-        idle = sorted(
-            (since, n, conn)
-            for n, conn in enumerate(self.connections)
-            if not conn._cut and (since := conn.idle_since) is not None
-        )[:count]
-        for _, _, conn in idle:
-            conn.evict(reason)
-        return len(idle)
 
     def stop_accepting(self) -> None:
         """Close the listener; open connections and running handlers are left alone."""
@@ -346,19 +327,6 @@ def loop_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, A
         loop.default_exception_handler(context)
         return
     sock = context.get("socket")
-    exc = context.get("exception")
     for server in list(_SERVERS):
         if sock is not None and server.listens_on(sock.fileno()):
-            made_room = server.make_room(
-                f"the server is out of descriptors ({exc})", DESCRIPTOR_RELIEF
-            )
-            _LOG.warning(
-                "accept",
-                f"accept failed: {exc} ({len(server.connections)} connections open); "
-                + (
-                    f"closed the {made_room} longest-idle connection(s) to make room"
-                    if made_room
-                    else "no idle connection to close, retrying in 1 s; raise the descriptor "
-                    "limit (ulimit -n) or lower max_connections"
-                ),
-            )
+            out_of_descriptors(server.connections, str(context.get("exception")), 1.0)

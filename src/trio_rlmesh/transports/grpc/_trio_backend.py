@@ -30,9 +30,10 @@ import trio
 from ..._nursery import background_nursery, shielded_nursery
 from ._address import Address, parse_address, parse_bind_address
 from ._backend import BackendName, Handler, handler_outcome, unary_call
-from ._h2 import SERVER_LOG, H2Connection, H2Stream
+from ._guard import admit, out_of_descriptors
+from ._h2 import H2Connection, H2Stream
 from ._memory import connect_memory, listen_memory
-from ._settings import DEFAULT_LIMITS, DESCRIPTOR_RELIEF, GrpcSettings, ServerLimits
+from ._settings import DEFAULT_LIMITS, GrpcSettings, ServerLimits
 from ._status import ConnectionLost, GrpcError, Status, format_grpc_timeout, parse_grpc_timeout
 
 __all__ = ["TRIO_BACKEND", "TrioBackend", "TrioChannel", "TrioServer"]
@@ -270,50 +271,15 @@ class TrioServer:
             except OSError as exc:
                 if exc.errno not in OUT_OF_DESCRIPTORS:
                     raise
-                made_room = self._make_room(
-                    f"the server is out of descriptors ({exc.strerror})", DESCRIPTOR_RELIEF
-                )
-                SERVER_LOG.warning(
-                    "accept",
-                    f"{self.address}: accept failed: {exc.strerror} (errno "
-                    f"{errno.errorcode.get(exc.errno or 0, exc.errno)}, {len(self._connections)} "
-                    f"connections open); "
-                    + (
-                        f"closed the {made_room} longest-idle connection(s) to make room"
-                        if made_room
-                        else f"no idle connection to close, retrying in {backoff:g} s; "
-                        "raise the descriptor limit (ulimit -n) or lower max_connections"
-                    ),
-                )
+                closed = out_of_descriptors(self._connections, str(exc), backoff)
                 await trio.sleep(backoff)
-                backoff = first if made_room else min(most, backoff * 2)
+                backoff = first if closed else min(most, backoff * 2)
                 continue
             backoff = first
-            if (
-                limit is not None
-                and len(self._connections) >= limit
-                and not self._make_room(f"the server is at its limit of {limit} connections")
-            ):
-                SERVER_LOG.warning(
-                    "limit",
-                    f"{self.address}: refused a connection from {_peer_label(transport)}: "
-                    f"all {limit} connections (max_connections) have a call in progress",
-                )
+            if not admit(self._connections, limit, _peer_label(transport)):
                 await trio.aclose_forcefully(transport)
                 continue
             connections.start_soon(self._serve_connection, self._new_connection(transport))
-
-    def _make_room(self, reason: str, count: int = 1) -> int:
-        """Close up to ``count`` connections, those with no call for longest first; how
-        many were closed."""
-        idle = sorted(
-            (since, n, conn)
-            for n, conn in enumerate(self._connections)
-            if (since := conn.idle_since) is not None
-        )[:count]
-        for _, _, conn in idle:
-            conn.evict(reason)
-        return len(idle)
 
     def _new_connection(self, transport: trio.abc.Stream) -> H2Connection:
         """A new connection, counted at once (before its task runs)."""
