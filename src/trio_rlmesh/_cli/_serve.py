@@ -35,7 +35,7 @@ ServeFn = Callable[[trio.TaskStatus[str]], Awaitable[None]]
 DEFAULT_LIMITS = ServerLimits()
 _LIMIT_OPTIONS = {
     "max_connections": "--max-connections",
-    "idle_timeout": "--idle-connection-timeout",
+    "idle_connection_timeout": "--idle-connection-timeout",
 }
 DEFAULT_DRAIN_TIMEOUT = 5.0
 STOP_MARGIN = 2.0
@@ -106,10 +106,10 @@ def add_serve_parsers(commands: Any) -> None:
         sub.add_argument(
             "--idle-connection-timeout",
             type=float,
-            default=DEFAULT_LIMITS.idle_timeout,
+            default=DEFAULT_LIMITS.idle_connection_timeout,
             metavar="S",
             help="close a connection that has had no call for S seconds "
-            f"(default {DEFAULT_LIMITS.idle_timeout:g})",
+            f"(default {DEFAULT_LIMITS.idle_connection_timeout:g})",
         )
 
 
@@ -180,7 +180,8 @@ def _server_limits(args: argparse.Namespace) -> ServerLimits:
     """The limits the options ask for (ServerLimits validates them; its words, our flags)."""
     try:
         return ServerLimits(
-            max_connections=args.max_connections, idle_timeout=args.idle_connection_timeout
+            max_connections=args.max_connections,
+            idle_connection_timeout=args.idle_connection_timeout,
         )
     except ValueError as exc:
         message = str(exc)

@@ -317,9 +317,9 @@ async def test_a_connection_with_no_call_is_closed_after_the_idle_timeout(
     backend: BackendName, clock: object, address: Where
 ) -> None:
     """A call open for longer than the idle timeout keeps the connection; once it ends,
-    the connection is closed (GOAWAY NO_ERROR) exactly ``idle_timeout`` later (trio)."""
+    the connection is closed (GOAWAY NO_ERROR) exactly ``idle_connection_timeout`` later (trio)."""
     idle = 60.0 if backend == "trio" else 0.4
-    limits = ServerLimits(idle_timeout=idle)
+    limits = ServerLimits(idle_connection_timeout=idle)
     with within(20):
         async with health_server(backend, address("health"), limits) as (_, client):
             (watch,) = await _open_watches(client, 1)
@@ -365,7 +365,7 @@ async def test_keepalive_declares_a_peer_dead_30_s_after_its_last_byte(
 # ----------------------------------------------------------------------- connections
 
 
-LIMIT_3 = ServerLimits(max_connections=3, idle_timeout=None)
+LIMIT_3 = ServerLimits(max_connections=3, idle_connection_timeout=None)
 """(No idle timeout: virtual time may jump past one while the env runs in its thread.)"""
 
 

@@ -49,7 +49,7 @@ Theory of operation.
   budget or the header block cap gets GOAWAY ``ENHANCE_YOUR_CALM`` (if its socket takes
   it at once, or within ``GOAWAY_GRACE``) and loses the connection. A second task closes
   a connection that sends no preface and SETTINGS within ``handshake_timeout``, and one
-  with no call (no stream, no handler running) for ``idle_timeout`` (GOAWAY
+  with no call (no stream, no handler running) for ``idle_connection_timeout`` (GOAWAY
   ``NO_ERROR``). A peer's RST_STREAM cancels the call's handler at once (:attr:`H2Stream.scope`),
   and request headers are read strictly (:func:`~._guard.request_headers`): a refused
   request is answered with its status before any handler runs.
@@ -1327,7 +1327,7 @@ class H2Connection:
 
     async def _watch_idle(self) -> None:
         """Server side: close a connection that never says hello, or that has no call for
-        ``idle_timeout`` (see the module doc)."""
+        ``idle_connection_timeout`` (see the module doc)."""
         limits = self.limits
         guard = self._guard
         assert guard is not None
@@ -1337,7 +1337,7 @@ class H2Connection:
                 reason = no_handshake(self.label or "a client", limits.handshake_timeout)
                 self._terminate(self._lost(f"this side closed the connection: {reason}"))
                 return
-        idle = limits.idle_timeout
+        idle = limits.idle_connection_timeout
         if idle is None:
             return
         while True:

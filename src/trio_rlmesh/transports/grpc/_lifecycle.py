@@ -19,7 +19,7 @@ the trio backend does, from outside grpclib:
   duplicated headers and never looks at the case of names);
 * one sweeper task, once a second (or a quarter of the shortest timeout), closes
   connections that sent no preface and SETTINGS within ``handshake_timeout`` and
-  connections with no call for ``idle_timeout``: both are noticed up to one sweep late;
+  connections with no call for ``idle_connection_timeout``: both are noticed up to one sweep late;
 * past ``max_connections``, the connection idle longest is closed to make room (or the new
   one, if none is idle); when ``accept`` fails for want of descriptors, asyncio itself
   pauses accepting for a second, and :func:`loop_exception_handler` turns its traceback
@@ -226,7 +226,7 @@ class _Tracked(asyncio.Protocol):
                 if self.transport is not None:
                     self.transport.abort()
             return
-        idle = limits.idle_timeout
+        idle = limits.idle_connection_timeout
         since = self.idle_since
         if idle is not None and since is not None and now - since >= idle:
             self.evict(idle_reason(idle))
@@ -257,7 +257,9 @@ class TrackedServer(Server):
         if loop.get_exception_handler() is not loop_exception_handler:
             loop.set_exception_handler(loop_exception_handler)
         _SERVERS.add(self)
-        timeouts = [t for t in (self.limits.handshake_timeout, self.limits.idle_timeout) if t]
+        timeouts = [
+            t for t in (self.limits.handshake_timeout, self.limits.idle_connection_timeout) if t
+        ]
         if timeouts:
             interval = min(SWEEP_INTERVAL, min(timeouts) / 4)
             self._sweeper = loop.create_task(self._sweep(interval))

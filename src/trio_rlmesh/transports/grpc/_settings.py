@@ -90,7 +90,7 @@ class ServerLimits:
     counted from the frame headers before any of it is buffered."""
     handshake_timeout: float | None = attrs.field(default=5.0, validator=_positive_or_none)
     """Seconds a new connection has to send the HTTP/2 preface and its first SETTINGS."""
-    idle_timeout: float | None = attrs.field(default=300.0, validator=_positive_or_none)
+    idle_connection_timeout: float | None = attrs.field(default=300.0, validator=_positive_or_none)
     """Seconds a connection may stay open with no call before it is closed (GOAWAY
     ``NO_ERROR``). PINGs do not count as activity."""
     window: float = attrs.field(default=10.0, validator=_positive)
