@@ -235,6 +235,26 @@ def test_a_server_held_by_hung_inline_code_exits_within_2_s_of_the_first_signal(
     assert "left running" in said[0]
 
 
+@pytest.mark.parametrize("kind", list(HUNG))
+def test_a_server_with_hung_user_code_on_a_thread_stops_after_its_drain_and_says_so(
+    processes: list[subprocess.Popen[str]], kind: str
+) -> None:
+    """The loop is free: the server drains (0.5 s), abandons the hung call and stops; the
+    process exits with the worker thread still inside it, and one line says so."""
+    argv, client, hung = HUNG[kind]
+    server, address = _server(processes, [*argv, "--user-code", "thread", "--drain-timeout", "0.5"])
+    side = "--env" if kind == "serve-env" else "--model"
+    processes.append(start(["run", side, address, *client, "--episodes", "100", "--no-progress"]))
+    wait_for(server, hung)
+    status, took = _signal_and_time(server, signal.SIGTERM)
+    assert status == 0
+    assert took < 0.5 + 2.0 + AT_ONCE
+    assert server.stderr is not None
+    said = [line for line in server.stderr.read().splitlines() if "worker thread" in line]
+    assert len(said) == 1
+    assert "abandoned still running on 1 worker thread(s)" in said[0]
+
+
 @pytest.mark.parametrize("kind", list(SERVERS))
 def test_a_second_signal_ends_a_server_at_once(
     processes: list[subprocess.Popen[str]], kind: str

@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from ..runtime._internal import SERVING_USER_CODE_MODES
+from ..runtime._internal import SERVING_USER_CODE_MODES, busy_worker_threads
 from ..transports.grpc import BACKENDS, ServerLimits
 from ._exit import EXIT_CANCELLED, EXIT_OK, Interrupts, UsageError, describe
 from ._targets import (
@@ -38,6 +38,9 @@ _LIMIT_OPTIONS = {
     "idle_connection_timeout": "--idle-connection-timeout",
 }
 DEFAULT_DRAIN_TIMEOUT = 5.0
+STUCK_THREAD_WAIT = 0.2
+"""Seconds a stopped server waits for its worker threads to end before saying which
+still run user code (abandoned, hung) as the process exits."""
 STOP_MARGIN = 2.0
 """Seconds past the drain timeout a signalled server may take to stop before the process
 ends anyway (closing connections and the env, joining worker threads)."""
@@ -203,11 +206,19 @@ def _run_server(args: argparse.Namespace, prepare: Callable[[], ServeFn]) -> int
         try:
             _check_drain_timeout(args)
             serve = prepare()
-            return trio.run(_serve, args, serve, interrupts)
+            code = trio.run(_serve, args, serve, interrupts)
         except Exception as exc:  # the one place a failure becomes an exit status
             failure = describe(exc)
             print(f"trio-rlmesh {args.command}: {failure.message}", file=sys.stderr)
             return failure.exit_code
+        stuck = busy_worker_threads(wait=STUCK_THREAD_WAIT)
+        if stuck:
+            print(
+                f"trio-rlmesh {args.command}: exiting with user code it abandoned still running "
+                f"on {len(stuck)} worker thread(s): {', '.join(stuck)}",
+                file=sys.stderr,
+            )
+        return code
 
 
 async def _serve(args: argparse.Namespace, serve: ServeFn, interrupts: Interrupts) -> int:
