@@ -50,7 +50,8 @@ def _group(name: str) -> list[str]:
 def tests(session: nox.Session) -> None:
     """Unit and in-memory transport tests against the installed package."""
     # The record extra: its tests run wherever Minari installs (3.11+) and say why not on 3.10.
-    session.install(".[gymnasium,record]", *_group("test"))
+    # The analysis extra: report intervals and `compare` (their fallback is tested without it).
+    session.install(".[gymnasium,record,analysis]", *_group("test"))
     # The interop suite needs the rlmesh peer and runs in its own session.
     session.run("pytest", "-m", "not interop", "--ignore=tests/interop", *session.posargs)
 
@@ -135,7 +136,7 @@ def interop(session: nox.Session) -> None:
 def ray(session: nox.Session) -> None:
     """Env fleets on Ray (the ``ray`` extra) against a local Ray: 2 CPUs, no dashboard."""
     session.install(".[gymnasium,ray]", *_group("test"))
-    session.run("pytest", "-m", "ray", "tests/ray", *session.posargs)
+    session.run("pytest", "-m", "ray", "tests/ray", "tests/test_doc_snippets.py", *session.posargs)
 
 
 @nox.session(python=DEFAULT_PYTHON)

@@ -1,8 +1,8 @@
 """Record an evaluation as a Minari dataset, load it back with Minari, and plot its returns.
 
 Needs the record extra (``pip install -e '.[gymnasium,record]'``, Python >= 3.11).
-Writes into ``--out`` (default: a new temporary directory): the dataset
-``cartpole-eval-v0/`` and ``returns.png``.
+Writes into ``--out`` (default: a new directory under the system's temporary directory,
+left there to look at): the dataset ``cartpole-eval-v0/`` and ``returns.png``.
 """
 
 import argparse
@@ -61,10 +61,7 @@ def main(out: Path) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, help="where to write (default: a temporary directory)")
+    parser.add_argument("--out", type=Path, help="where to write (default: a new temporary one)")
     args = parser.parse_args()
-    if args.out is not None:
-        main(args.out)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            main(Path(tmp))
+    # Kept, not removed at the end: the paths printed are there to be opened.
+    main(args.out or Path(tempfile.mkdtemp(prefix="trio-rlmesh-record-")))

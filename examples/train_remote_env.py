@@ -46,10 +46,22 @@ def serve_cartpole() -> tuple[subprocess.Popen[str], str]:
     server = subprocess.Popen(
         [sys.executable, "-m", "trio_rlmesh", "serve-env", "gymnasium:CartPole-v1"],
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     assert server.stdout is not None
-    return server, server.stdout.readline().strip()
+    address = server.stdout.readline().strip()
+    if not address:
+        raise SystemExit(f"the env server did not start: {server.communicate()[1].strip()}")
+    return server, address
+
+
+def stop(server: subprocess.Popen[str]) -> None:
+    """SIGTERM, then wait; the server's notice that it is stopping is expected, not shown."""
+    server.terminate()
+    _, errors = server.communicate()
+    if server.returncode != 0:
+        print(f"the env server exited with status {server.returncode}: {errors.strip()}")
 
 
 if __name__ == "__main__":
@@ -64,5 +76,4 @@ if __name__ == "__main__":
         try:
             train(address, args.iterations)
         finally:
-            server.terminate()
-            server.wait()
+            stop(server)

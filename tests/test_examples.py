@@ -23,6 +23,11 @@ def _env() -> dict[str, str]:
 
 
 def _run(*args: str) -> str:
+    return _run_both(*args)[0]
+
+
+def _run_both(*args: str) -> tuple[str, str]:
+    """Run a script: its stdout and stderr."""
     proc = subprocess.run(
         [sys.executable, *args],
         cwd=ROOT,
@@ -33,7 +38,7 @@ def _run(*args: str) -> str:
         check=False,
     )
     assert proc.returncode == 0, f"{args} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
+    return proc.stdout, proc.stderr
 
 
 def test_serve_env_serves_then_stops() -> None:
@@ -104,11 +109,12 @@ def test_the_fakes_example_passes_under_pytest() -> None:
 
 
 def test_train_remote_env_runs_a_synchronous_loop() -> None:
-    out = _run(str(EXAMPLES / "train_remote_env.py"), "--iterations", "5")
+    out, err = _run_both(str(EXAMPLES / "train_remote_env.py"), "--iterations", "5")
     lines = out.splitlines()
     assert lines[0].startswith("observation space Box(")
     assert lines[0].endswith("action space Discrete(2)")
     assert lines[1].startswith("5 episodes, best return ")
+    assert err == ""  # stopping the server it started is no news
 
 
 def test_step_vector_env_in_trio_counts_episodes() -> None:
@@ -130,3 +136,24 @@ def test_record_and_plot_records_loads_and_plots(tmp_path: Path) -> None:
     assert "episodes  8 (" in out
     assert (tmp_path / "cartpole-eval-v0" / "data" / "metadata.json").exists()
     assert (tmp_path / "returns.png").read_bytes().startswith(b"\x89PNG")
+    assert lines[-1] == f"plot written to {tmp_path / 'returns.png'}"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Minari needs Python >= 3.11")
+def test_record_and_plot_leaves_what_it_names_by_default(tmp_path: Path) -> None:
+    """Without --out it writes to a new temporary directory, and keeps it: the paths it
+    prints are there to open."""
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "record_and_plot.py")],
+        cwd=ROOT,
+        env={**_env(), "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    plot = Path(proc.stdout.splitlines()[-1].removeprefix("plot written to "))
+    assert plot.parent.parent == tmp_path
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert (plot.parent / "cartpole-eval-v0" / "data" / "metadata.json").exists()

@@ -112,7 +112,9 @@ PUBLIC: dict[str, list[str]] = {
         "ObservationEmitted",
         "PeerCeiling",
         "ResetCompleted",
+        "RunSetup",
         "RunStatus",
+        "RunSummary",
         "RuntimeDriver",
         "RuntimeEnv",
         "RuntimeHooks",
@@ -359,3 +361,11 @@ def test_every_public_module_has_an_api_page_documenting_its_all() -> None:
         if excluded:
             names = [n.strip() for n in excluded[1].split(",")]
             assert set(names) <= set(PUBLIC[name]), name
+
+
+def test_the_api_page_opens_with_the_entry_points() -> None:
+    """autodoc lists a module's members in ``__all__``'s order ("bysource"): the root
+    package's page starts with what runs an evaluation, then the errors, root first."""
+    conf = (Path(__file__).resolve().parents[1] / "docs" / "conf.py").read_text()
+    assert 'autodoc_member_order = "bysource"' in conf
+    assert trio_rlmesh.__all__[:5] == ["run", "run_local", "run_remote", "RunLocalOptions", "Error"]

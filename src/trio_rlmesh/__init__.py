@@ -24,22 +24,23 @@ from ._facade import run_local as run_local
 from ._facade import run_remote as run_remote
 from ._version import __version__ as __version__
 
-__all__ = [
-    "CodecError",
-    "EnvError",
-    "Error",
-    "HookError",
-    "MetaConversionError",
-    "ModelError",
-    "OperationTimeout",
-    "ProtocolError",
-    "RecordingError",
-    "RunLocalOptions",
-    "SpaceError",
-    "SpecError",
-    "TransportError",
-    "__version__",
+# In reading order: the API page lists the names in this order (autodoc's "bysource").
+__all__ = [  # noqa: RUF022 - reading order, not alphabetical
     "run",
     "run_local",
     "run_remote",
+    "RunLocalOptions",
+    "Error",
+    "SpecError",
+    "SpaceError",
+    "CodecError",
+    "MetaConversionError",
+    "EnvError",
+    "ModelError",
+    "TransportError",
+    "OperationTimeout",
+    "ProtocolError",
+    "HookError",
+    "RecordingError",
+    "__version__",
 ]

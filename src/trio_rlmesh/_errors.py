@@ -33,6 +33,7 @@ __all__ = [
     "SpaceError",
     "SpecError",
     "TransportError",
+    "where",
 ]
 
 ROOT = "$"
@@ -117,10 +118,44 @@ class ModelError(Error):
     """The model (or its server) failed or declined; ``code`` holds the wire ModelErrorCode name."""
 
 
+def where(operation: str, address: str | None, step: int | None, lane: int | None) -> str:
+    """``env.step to tcp://h:p at step 3 on lane 1``: how messages name an operation.
+
+    >>> where("model.predict", "tcp://h:1", None, None)
+    'model.predict to tcp://h:1'
+    """
+    parts = [operation]
+    if address is not None:
+        parts.append(f"to {address}")
+    if step is not None:
+        parts.append(f"at step {step}")
+    if lane is not None:
+        parts.append(f"on lane {lane}")
+    return " ".join(parts)
+
+
 class TransportError(Error, ConnectionError):
-    """A connection could not be made, dropped, or a peer answered with a gRPC error status."""
+    """A connection could not be made, dropped, or a peer answered with a gRPC error status.
+
+    Its message names the operation where it failed (:func:`where`); the step and the lane
+    a caller learns later (:meth:`with_context`: the transport does not know the runtime's
+    step) join that place in the message too.
+    """
 
     default_recoverable = False
+
+    def with_context(self, **fields: Any) -> Error:
+        """Fill context fields that are still unset, and name them where the message
+        names the operation."""
+        if self.operation is None:
+            return super().with_context(**fields)
+        before = where(self.operation, self.address, self.step, self.lane)
+        super().with_context(**fields)
+        after = where(self.operation, self.address, self.step, self.lane)
+        if after != before and before in self.message:
+            self.message = self.message.replace(before, after, 1)
+            self.args = (self.message,)
+        return self
 
 
 class OperationTimeout(Error, TimeoutError):

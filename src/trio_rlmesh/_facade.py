@@ -13,14 +13,17 @@ functions, so ``import trio_rlmesh`` stays free of it.
 from __future__ import annotations
 
 import math
+import re
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
 
-from ._errors import SpecError
+from ._errors import Error, SpecError
 from .protocol import WORKFLOW_EDITION
 from .runtime._internal import (
     DEFAULT_FUSE_WAIT,
@@ -61,9 +64,15 @@ def _backend(value: str) -> Literal["trio", "grpclib"]:
     raise SpecError(f"grpc_backend must be 'trio' or 'grpclib', got {value!r}")
 
 
+def _is_addresses(value: Any) -> bool:
+    return (
+        isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, str) for v in value)
+    )
+
+
 def _env_target(value: Any) -> Any:
     # Several addresses make a fleet; a list of env objects stays one endpoint's lanes.
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+    if _is_addresses(value):
         addresses = tuple(value)
         for address in addresses:
             _check_env_address(address)
@@ -71,25 +80,47 @@ def _env_target(value: Any) -> Any:
                 raise SpecError(
                     f"env address {address!r} is listed twice; a fleet drives each endpoint once"
                 )
-        return addresses[0] if len(addresses) == 1 else addresses
+        # A fleet object (a tuple) keeps what it carries, its token; see __attrs_post_init__.
+        return value if isinstance(value, tuple) else addresses
     if isinstance(value, str):
         _check_env_address(value)
     return value
 
 
+_GYMNASIUM_ID = re.compile(r"^(?:[\w.-]+/)?[\w.:-]+-v\d+$")
+"""A Gymnasium env id: ``[namespace/]name-v<version>`` (``ALE/Pong-v5``, ``CartPole-v1``)."""
+
+
+def looks_like_gymnasium_id(text: str) -> bool:
+    """Whether ``text`` reads as a Gymnasium env id (registered or not).
+
+    >>> looks_like_gymnasium_id("ALE/Pong-v5"), looks_like_gymnasium_id("inprocess://local")
+    (True, False)
+    """
+    return _GYMNASIUM_ID.match(text) is not None
+
+
 def _check_env_address(address: str) -> None:
     """Refuse a string that is no server address, pointing at what the caller likely meant
-    (a Gymnasium id: an env object runs in this process)."""
+    when it reads as a Gymnasium id (an env object runs in this process)."""
     from .transports.grpc import parse_address
 
     try:
         parse_address(address)
     except ValueError as exc:
+        message = f"{exc}; a string env is a server address"
         env_id = address.removeprefix("gymnasium:")
-        raise SpecError(
-            f"{exc}; a string env is a server address: to run a Gymnasium env in this "
-            f"process, pass the env itself, e.g. gymnasium.make({env_id!r})"
-        ) from None
+        if looks_like_gymnasium_id(env_id):
+            message += (
+                ": to run a Gymnasium env in this process, pass the env itself, e.g. "
+                f"gymnasium.make({env_id!r})"
+            )
+        else:
+            message += (
+                " (ours or RLMesh's); to run an env in this process, pass the env object "
+                "itself, or a callable returning one"
+            )
+        raise SpecError(message) from None
 
 
 def _fuse_wait(value: float) -> float:
@@ -127,7 +158,8 @@ class RunLocalOptions:
     network; its code runs where :attr:`user_code` says). A sequence of several addresses
     is a *fleet*: one run drives them all with one model (see ``docs/fleet.md``)."""
     token: str | None = None
-    """Sent as the raw ``authorization`` header when set."""
+    """Sent as the raw ``authorization`` header when set. By default, the token of a fleet
+    object that carries one (a :class:`~trio_rlmesh.ray.RayEnvFleet` from ``env_fleet``)."""
     workflow_edition: str = WORKFLOW_EDITION
     """The edition this runtime wants; it caps the edition negotiated with the env."""
     base_seed: int | None = None
@@ -181,6 +213,15 @@ class RunLocalOptions:
     (``"runs/cartpole-eval-v0"``: every counted episode into that Minari dataset), or
     :class:`~trio_rlmesh.record.RecordOptions` for videos and more."""
 
+    def __attrs_post_init__(self) -> None:
+        target = self.env_address
+        if not _is_addresses(target):
+            return
+        if self.token is None:
+            object.__setattr__(self, "token", getattr(target, "token", None))
+        if len(target) == 1:  # one address is one endpoint, not a fleet
+            object.__setattr__(self, "env_address", target[0])
+
 
 def _model_user_code(options: RunLocalOptions) -> ServingUserCode:
     """``options.user_code`` for the model, its default decided by where the env runs."""
@@ -213,6 +254,8 @@ class _Env:
     workflow_edition: str
     capabilities: dict[str, str]
     component_id: str
+    gym_spec: Any = None
+    """The Gymnasium ``EnvSpec`` of an env hosted in this process (``None`` for a server)."""
 
 
 def _check_drivable(num_envs: int, subset_step: bool, options: RunLocalOptions) -> None:
@@ -262,7 +305,13 @@ async def _open_env(options: RunLocalOptions) -> AsyncIterator[_Env]:
     capabilities = {CAP_SUBSET_STEP: CAPABILITY_TRUE} if env.subset_step else {}
     try:
         yield _Env(
-            env, env.contract, env.subset_step, options.workflow_edition, capabilities, "local-env"
+            env,
+            env.contract,
+            env.subset_step,
+            options.workflow_edition,
+            capabilities,
+            "local-env",
+            gym_spec=env.gym_spec,
         )
     finally:
         with trio.CancelScope(shield=True):
@@ -401,7 +450,9 @@ async def _run_fleet(
     hooks: RuntimeHooks | None,
     task_status: trio.TaskStatus[Any],
 ) -> RuntimeReport:
-    """One run over every address of ``options.env_address``: :func:`_prepare` per endpoint.
+    """One run over every address of ``options.env_address``: every endpoint opened, the
+    fleet admitted (one pair of spaces; see :class:`~trio_rlmesh.runtime._fleet.FleetRun`),
+    then :func:`_prepare` per endpoint.
 
     ``task_status.started`` receives the :class:`~trio_rlmesh.runtime._fleet.FleetRun`
     (it has ``cancel`` too) before any endpoint is opened.
@@ -423,13 +474,14 @@ async def _run_fleet(
         tolerate_endpoint_failures=options.tolerate_endpoint_failures,
     )
 
-    @asynccontextmanager
-    async def open_driver(address: str, fleet: Fleet) -> AsyncIterator[RuntimeDriver]:
-        async with _open_env(attrs.evolve(options, env_address=address)) as env:
-            yield await _prepare(env, model, options, hooks=hooks, address=address, fleet=fleet)
+    def open_endpoint(address: str) -> AbstractAsyncContextManager[_Env]:
+        return _open_env(attrs.evolve(options, env_address=address))
+
+    async def prepare(address: str, env: _Env, fleet: Fleet) -> RuntimeDriver:
+        return await _prepare(env, model, options, hooks=hooks, address=address, fleet=fleet)
 
     task_status.started(run)
-    return await run.run(open_driver)
+    return await run.run(open_endpoint, prepare)
 
 
 def _is_fleet(options: RunLocalOptions) -> bool:
@@ -452,6 +504,8 @@ def _recorded(
         base_seed=options.base_seed,
         episode_seeds=options.episode_seeds,
         session_id=options.session_id,
+        env_spec=env.gym_spec,
+        max_episode_steps=options.max_episode_steps,
     )
 
 
@@ -544,17 +598,40 @@ async def _run_entry(
         from .record._internal import check_available
 
         check_available(options.record)
-    if _is_fleet(options):
-        if options.record is not None:
-            raise SpecError(
-                "recording a fleet run is not supported; record the run of one env address"
+    # The run's own timing, wall clock from connect to close: the report's summary has it.
+    started_at, clock = datetime.now(timezone.utc), time.perf_counter()
+
+    def timed(report: RuntimeReport) -> RuntimeReport:
+        return attrs.evolve(report, started_at=started_at, duration_s=time.perf_counter() - clock)
+
+    async def connect_and_run() -> RuntimeReport:
+        if _is_fleet(options):
+            if options.record is not None:
+                raise SpecError(
+                    "recording a fleet run is not supported; record the run of one env address"
+                )
+            async with _open_model(model, options, model_token) as endpoint:
+                return await _run_fleet(endpoint, options, hooks=hooks, task_status=task_status)
+        async with (
+            _open_env(options) as env,
+            _open_model(model, options, model_token) as endpoint,
+        ):
+            return await _run(
+                env,
+                endpoint,
+                options,
+                hooks=hooks,
+                task_status=task_status,
+                model_label=model_label,
             )
-        async with _open_model(model, options, model_token) as endpoint:
-            return await _run_fleet(endpoint, options, hooks=hooks, task_status=task_status)
-    async with _open_env(options) as env, _open_model(model, options, model_token) as endpoint:
-        return await _run(
-            env, endpoint, options, hooks=hooks, task_status=task_status, model_label=model_label
-        )
+
+    try:
+        report = await connect_and_run()
+    except Error as exc:
+        if exc.report is not None:  # a failed run's partial report
+            exc.report = timed(exc.report)
+        raise
+    return timed(report)
 
 
 def run(handler: Any, env: Any, **options: Any) -> RuntimeReport:

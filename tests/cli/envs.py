@@ -97,3 +97,9 @@ NOT_AN_ENV = 42
 def needs_box2d() -> Any:
     """A factory that fails as Gymnasium's Box2D envs do without Box2D."""
     raise gym.error.DependencyNotInstalled("Box2D is not installed, run `pip install box2d`")
+
+
+def vector() -> gym.vector.SyncVectorEnv:
+    """Two :class:`Counter` lanes in lockstep; the vector env resets finished lanes itself
+    (NEXT_STEP), so the runtime cannot seed or cap its episodes."""
+    return gym.vector.SyncVectorEnv([Counter, Counter])

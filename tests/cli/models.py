@@ -70,3 +70,17 @@ class RecordsThreads:
     def predict(self, observation: Any) -> np.int64:
         RecordsThreads.threads.append(threading.current_thread().name)
         return np.int64(0)
+
+
+class SeesThreads:
+    """Pushes left, and notes the names of the threads alive at its first predict (in ``seen``)."""
+
+    seen: list[str] = []  # noqa: RUF012 - read by the test that runs it
+
+    def __init__(self) -> None:
+        SeesThreads.seen = []
+
+    def predict(self, observation: Any) -> np.int64:
+        if not SeesThreads.seen:
+            SeesThreads.seen = [thread.name for thread in threading.enumerate()]
+        return np.int64(0)

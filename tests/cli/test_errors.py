@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import errno
 import json
+import re
+import signal
 import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import gymnasium
 import pytest
 import trio
@@ -20,6 +23,8 @@ from trio_rlmesh import EnvError
 from trio_rlmesh._cli import _run, main
 from trio_rlmesh._cli._exit import EXIT_FAILED, EXIT_USAGE, UsageError, describe, unwrap
 from trio_rlmesh._cli._output import check_writable
+
+from .support import STARTUP_TIMEOUT, read_line, start, stop, wait_for
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup, ExceptionGroup
@@ -328,3 +333,79 @@ async def test_unwrap_prefers_the_error_over_cancellations() -> None:
         await sleep_and_fail()
     assert unwrap(caught.value) is error
     assert describe(caught.value).exit_code == EXIT_USAGE
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--seeds", "0..3"], "drop --seeds or serve the env with autoreset disabled"),
+        (
+            ["--max-episode-steps", "5", "--episodes", "2"],
+            "--max-episode-steps / --max-episode-seconds require an env with autoreset disabled",
+        ),
+    ],
+)
+def test_errors_name_the_option_the_user_typed(
+    options: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The runtime words these for Python callers (``episode_seeds``); the CLI user typed
+    ``--seeds``. The JSON report's reason says the same."""
+    out = tmp_path / "report.json"
+    argv = ["run", "--env", "tests.cli.envs:vector", *options, "--no-progress", "--json", str(out)]
+    assert main(argv) == EXIT_USAGE
+    line = _lines(capsys.readouterr().err)[-1]
+    assert says in line
+    assert "episode_seeds" not in line
+    assert "max_episode" not in line
+    assert says in json.loads(out.read_text())["reason"]
+
+
+def test_the_api_names_the_cli_renames_are_run_options() -> None:
+    from trio_rlmesh import RunLocalOptions
+    from trio_rlmesh._cli import _parser
+    from trio_rlmesh._cli._run import API_OPTIONS
+
+    fields = {field.name for field in attrs.fields(RunLocalOptions)}
+    run = next(a for a in _parser()._actions if a.dest == "command").choices["run"]  # type: ignore[union-attr]
+    flags = {flag for action in run._actions for flag in action.option_strings}
+    assert set(API_OPTIONS) <= fields
+    assert set(API_OPTIONS.values()) <= flags
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("side", ["env", "model"])
+def test_a_server_killed_mid_run_is_named_once_with_its_step(side: str) -> None:
+    """The run's last line names the operation, the address (once), the step and the lane,
+    and nothing is said about releasing a model whose server is gone."""
+    if side == "env":  # two quick episodes, then each step sleeps: the kill lands mid-step
+        server_argv = ["serve-env", "tests.cli.envs:Counter", "--env-arg", "announce=true"]
+        server_argv += ["--env-arg", "quick=2", "--env-arg", "delay=5"]
+        busy, run_argv = "counter: slow step", ["--model", "tests.cli.models:AlwaysLeft"]
+    else:
+        server_argv = ["serve-model", "tests.cli.models:SlowAfterFirst"]
+        busy, run_argv = "model: slow predict", ["--env", "tests.cli.envs:Counter"]
+    server = start(server_argv)
+    try:
+        assert server.stdout is not None
+        address = read_line(server.stdout, STARTUP_TIMEOUT, what="address").strip()
+        run = start(["run", f"--{side}", address, *run_argv, "--episodes", "50"])
+        try:
+            wait_for(server, busy)
+            server.kill()
+            server.wait(timeout=30)
+            assert run.wait(timeout=60) == EXIT_FAILED
+            assert run.stderr is not None
+            err = run.stderr.read()
+        finally:
+            stop(run, signal.SIGKILL)
+    finally:
+        stop(server, signal.SIGKILL)
+    last = err.strip().splitlines()[-1]
+    target = f"tcp://{address}"
+    assert re.match(
+        rf"trio-rlmesh run: connection lost during {side}\.(step|predict) to "
+        rf"{re.escape(target)} at step \d+ on lane 0: ",
+        last,
+    ), err
+    assert last.count(address) == 1, last
+    assert "release_adapter" not in err

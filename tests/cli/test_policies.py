@@ -13,8 +13,11 @@ import pytest
 from trio_rlmesh._cli import main
 from trio_rlmesh._cli._exit import UsageError
 from trio_rlmesh._cli._policies import HeuristicCartPole, RandomPolicy, is_cartpole
+from trio_rlmesh.model import EpisodeRef, ModelObservation, PredictFrames
 from trio_rlmesh.protocol import EnvContractInfo, core_v1
 from trio_rlmesh.spaces import Box, Discrete
+
+from .support import serving
 
 
 def _info(env_id: str, observation: Box, action: Discrete | Box) -> EnvContractInfo:
@@ -38,21 +41,63 @@ def test_cartpole_is_told_by_its_id_and_its_spaces() -> None:
     assert not is_cartpole(_info("CartPole-v1", Box.from_bounds(0.0, 1.0, shape=(6,)), Discrete(2)))
 
 
-def test_random_policy_samples_the_action_space_reproducibly() -> None:
-    action = Box.from_bounds(-2.0, 2.0, shape=(3,))
-    info = _info("Pendulum-like", CARTPOLE_OBS, action)
-    a, b = RandomPolicy(info, seed=7), RandomPolicy(info, seed=7)
-    samples = [a.predict(None) for _ in range(5)]
-    assert all(np.array_equal(x, b.predict(None)) for x in samples)
-    assert all(x.shape == (3,) and np.all(np.abs(x) <= 2.0) for x in samples)
-    assert len({x.tobytes() for x in samples}) == 5
+def _group(env_id: str, action: Any, lanes: int = 1) -> ModelObservation:
+    episodes = tuple(EpisodeRef(f"{env_id}-{lane}") for lane in range(lanes))
+    return ModelObservation(None, env_id, "s", "r", episodes, action_space=action)
+
+
+async def test_random_policy_samples_each_routes_action_space_reproducibly() -> None:
+    box, discrete = Box.from_bounds(-2.0, 2.0, shape=(3,)), Discrete(5)
+    a, b = RandomPolicy(seed=7), RandomPolicy(seed=7)
+    groups = [_group("pendulum", box, lanes=2), _group("grid", discrete)]
+    rounds = [await a.predict_grouped(groups) for _ in range(3)]
+    for answers in rounds:
+        again = await b.predict_grouped(groups)
+        for mine, theirs in zip(answers, again, strict=True):
+            assert isinstance(mine, PredictFrames)
+            assert isinstance(theirs, PredictFrames)
+            assert [np.asarray(x).tolist() for x in mine.actions] == [
+                np.asarray(x).tolist() for x in theirs.actions
+            ]
+    boxes = [x for answers in rounds for x in answers[0].actions]  # type: ignore[union-attr]
+    assert len(boxes) == 6
+    assert all(x.shape == (3,) and np.all(np.abs(x) <= 2.0) for x in boxes)
+    assert len({x.tobytes() for x in boxes}) == 6
+    assert all(0 <= int(answers[1].actions[0]) < 5 for answers in rounds)  # type: ignore[union-attr]
 
 
 def test_random_policy_without_gymnasium(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "gymnasium", None)
     monkeypatch.setitem(sys.modules, "gymnasium.spaces", None)
     with pytest.raises(UsageError, match="Gymnasium, which is not installed"):
-        RandomPolicy(_info("X-v0", CARTPOLE_OBS, Discrete(2)))
+        RandomPolicy()
+
+
+@pytest.mark.parametrize(
+    "argv", [["run", "--model", "randm", "--no-progress"], ["serve-model", "randm"]]
+)
+def test_a_mistyped_builtin_model_gets_a_suggestion(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"trio-rlmesh {argv[0]}: MODEL must be module:attr")
+    assert err.endswith("got 'randm'; did you mean 'random'?")
+
+
+@pytest.mark.network
+def test_serve_model_random_serves_the_random_baseline(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    with serving(["serve-model", "random"]) as model:
+        code = main(
+            [
+                *("run", "--env", "tests.cli.envs:Counter", "--env-arg", "length=4"),
+                *("--model", model, "--episodes", "3", "--no-progress", "--json", str(out)),
+            ]
+        )
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert [e["steps"] for e in report["episodes"]] == [4, 4, 4]
 
 
 def _run(

@@ -16,7 +16,7 @@ from trio_rlmesh._cli import main
 from trio_rlmesh._cli._run import parse_seeds
 
 from .envs import ThreadCounter
-from .models import RecordsThreads
+from .models import RecordsThreads, SeesThreads
 from .support import serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,6 +57,8 @@ REPORT_KEYS = [
     "success_rate",
     "episodes",
     "telemetry",
+    "summary",
+    "setup",
 ]
 
 
@@ -97,6 +99,23 @@ def test_run_with_seeds_writes_the_documented_report(
     assert "completed: 3 episodes" in printed
 
 
+@pytest.mark.parametrize("backend", ["grpclib", "trio"])
+def test_grpc_backend_chooses_how_the_run_speaks_grpc(
+    backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trio_rlmesh.transports.grpc._portal import THREAD_NAME
+
+    argv = ["run", "--env", "tests.cli.envs:Counter", "--model", "tests.cli.models:SeesThreads"]
+    out = tmp_path / "report.json"
+    code = main(
+        [*argv, "--episodes", "2", "--no-progress", "--grpc-backend", backend, "--json", str(out)]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert json.loads(out.read_text())["total_steps"] == 6
+    # grpclib runs on asyncio, in the helper thread; the trio backend needs none.
+    assert (THREAD_NAME in SeesThreads.seen) == (backend == "grpclib")
+
+
 def test_episodes_disagreeing_with_seeds_is_an_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -134,7 +153,14 @@ def test_a_failing_model_exits_1_with_a_failed_report(
     _check_report_schema(report)
     assert report["status"] == "failed"
     assert "deliberate failure in predict" in report["reason"]
-    assert "deliberate failure in predict" in capsys.readouterr().err
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert "deliberate failure in predict" in line
+    # The env by its name on the line; the route id, which matches servers' logs, only in
+    # the report.
+    route = re.search(r"env 'CartPole-v1' \(route ([0-9a-f-]{36})\) lane 0", report["reason"])
+    assert route is not None, report["reason"]
+    assert "model 'Broken' failed on env 'CartPole-v1' lane 0: ValueError" in line
+    assert route.group(1) not in line
 
 
 @pytest.mark.parametrize("user_code", ["thread", "inline", None])
@@ -278,6 +304,32 @@ def test_a_fleet_with_a_dead_server_fails_or_goes_on_when_told(
     assert f"endpoint {dead}: failed" in capsys.readouterr().out
 
 
+@pytest.mark.network
+def test_a_fleet_whose_servers_differ_is_refused_before_any_episode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report_json = tmp_path / "report.json"
+    with (
+        serving(["serve-env", "gymnasium:CartPole-v1"]) as cartpole,
+        serving(["serve-env", "gymnasium:Pendulum-v1"]) as pendulum,
+    ):
+        code = main(
+            [
+                *("run", "--env", cartpole, "--env", pendulum, "--episodes", "4"),
+                *("--no-progress", "--json", str(report_json)),
+            ]
+        )
+    assert code == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("trio-rlmesh run:")]
+    assert line.startswith(
+        f"trio-rlmesh run: fleet of {cartpole}, {pendulum} refused: {pendulum} serves "
+        "observation space Box(shape=(3,), dtype=FLOAT32)"
+    )
+    report = json.loads(report_json.read_text())
+    assert (report["status"], report["episodes"]) == ("failed", [])
+    assert report["reason"].startswith("SpecError: fleet of ")
+
+
 def test_a_fleet_of_targets_or_a_bad_envs_file_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -302,13 +354,13 @@ def test_a_fleet_of_targets_or_a_bad_envs_file_is_a_usage_error(
 
 
 def test_the_progress_line_shows_the_fleet() -> None:
-    from trio_rlmesh._cli._run import _Progress
+    from trio_rlmesh._cli._terminal import RunProgress
 
-    assert "endpoint" not in _Progress(4).line()
-    progress = _Progress(4, endpoints=3)
-    assert progress.line().endswith("3/3 endpoints up")
+    assert "endpoint" not in RunProgress(4).text()
+    progress = RunProgress(4, endpoints=3)
+    assert progress.text().endswith("3/3 endpoints up")
     progress.lost = lambda: 1
-    assert progress.line().endswith("2/3 endpoints up")
+    assert progress.text().endswith("2/3 endpoints up")
 
 
 def test_ray_envs_needs_a_target_and_ray(

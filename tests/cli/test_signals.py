@@ -88,6 +88,9 @@ def test_a_signal_cancels_a_run_and_keeps_every_finished_episode(
     assert len(episodes) >= 2
     assert report["total_steps"] == sum(e["steps"] for e in episodes)
     assert report["telemetry"]  # the run stopped cleanly: the whole report
+    # No time for a bootstrap once a signal came: a quick summary, and the method says so.
+    assert report["summary"]["episodes"] == len(episodes)
+    assert (report["summary"]["ci_method"], report["summary"]["iqm"]) == ("normal", None)
     assert run.stdout is not None
     assert f"cancelled: {len(episodes)} episodes" in run.stdout.read()
 
@@ -104,6 +107,7 @@ def test_a_run_stuck_in_cleanup_still_ends_within_2_s(
     report = _report(out)
     assert (report["status"], report["reason"]) == ("cancelled", "interrupted by SIGINT")
     assert [e["steps"] for e in report["episodes"]] == [3, 3]  # type: ignore[union-attr]
+    assert report["summary"]["ci_method"] == "normal"  # type: ignore[index]
     assert run.stdout is not None
     assert "cancelled: 2 episodes, 6 steps" in run.stdout.read()
 

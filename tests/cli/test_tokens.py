@@ -83,6 +83,35 @@ def test_a_missing_token_file_is_a_usage_error(tmp_path: Path) -> None:
         resolve_token(_args(token_file=tmp_path / "absent"))
 
 
+def test_an_empty_token_file_is_said_to_be_empty(files: dict[str, Path]) -> None:
+    with pytest.raises(UsageError) as caught:
+        resolve_token(_args(env_token_file=files["empty"]), "env", {})
+    assert str(caught.value) == (
+        f"--env-token-file {files['empty']} is empty; write the token into it, or drop "
+        "--env-token-file to go without authentication"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--env", "127.0.0.1:1", "--token-file", "{file}"],
+        ["run", "--envs-file", "{file}"],
+        ["serve-env", "gymnasium:CartPole-v1", "--token-file", "{file}"],
+    ],
+)
+def test_a_file_that_is_not_text_is_a_usage_error_naming_it(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    binary = tmp_path / "binary"
+    binary.write_bytes(b"ok\xff\xfe")
+    assert main([arg.format(file=binary) for arg in argv]) == EXIT_USAGE
+    option = next(arg for arg in argv if arg.endswith("-file"))
+    assert capsys.readouterr().err == (
+        f"trio-rlmesh {argv[0]}: {option} {binary} is not UTF-8 text (byte 2 is 0xff)\n"
+    )
+
+
 @pytest.mark.parametrize(
     "command",
     [["serve-env", "gymnasium:CartPole-v1"], ["serve-model", "tests.cli.models:AlwaysLeft"]],

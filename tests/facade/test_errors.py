@@ -295,6 +295,20 @@ def test_a_string_that_is_no_address_points_at_the_env_object(env: Any, says: st
     )
 
 
+@pytest.mark.parametrize("env", ["inprocess://local", "localhost", "my-env"])
+def test_a_string_that_reads_as_no_gymnasium_id_gets_no_gymnasium_advice(env: str) -> None:
+    from trio_rlmesh import RunLocalOptions, SpecError
+
+    with pytest.raises(SpecError) as caught:
+        RunLocalOptions(env)
+    assert caught.value.message.startswith(f"invalid address {env!r}")
+    assert "gymnasium.make" not in caught.value.message
+    assert caught.value.message.endswith(
+        "a string env is a server address (ours or RLMesh's); to run an env in this process, "
+        "pass the env object itself, or a callable returning one"
+    )
+
+
 def test_a_model_error_names_the_env_by_its_name_and_route() -> None:
     """Not by the route id alone (a run mints one per session): the env's own name first."""
     from trio_rlmesh import run

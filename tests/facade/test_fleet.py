@@ -18,8 +18,8 @@ import gymnasium as gym
 import pytest
 import trio
 
-from trio_rlmesh import ModelError, RunLocalOptions, TransportError, run_local
-from trio_rlmesh.runtime import EpisodeCompleted, RuntimeHooks, RuntimeReport
+from trio_rlmesh import ModelError, RunLocalOptions, SpecError, TransportError, run_local
+from trio_rlmesh.runtime import EpisodeCompleted, ResetCompleted, RuntimeHooks, RuntimeReport
 
 from .helpers import CARTPOLE, Balancer, BatchedBalancer, Declines, env_process, serving
 
@@ -342,9 +342,67 @@ async def test_cancelling_a_fleet_reports_every_endpoint_and_leaves_nothing_runn
     assert [p.status for p in report.endpoints] == ["cancelled"] * 3
 
 
-async def test_the_same_address_twice_is_refused() -> None:
-    from trio_rlmesh import SpecError
+class CountsResets(RuntimeHooks):
+    def __init__(self) -> None:
+        self.resets = 0
 
+    async def reset_completed(self, event: ResetCompleted) -> None:
+        self.resets += 1
+
+
+async def test_a_fleet_whose_servers_serve_different_spaces_is_refused_before_any_episode() -> None:
+    hooks = CountsResets()
+    with trio.fail_after(60):
+        async with (
+            serving(gym.make(CARTPOLE)) as cartpole,
+            serving(gym.make("Pendulum-v1")) as pendulum,
+        ):
+            with pytest.raises(SpecError) as info:
+                await run_local(
+                    Balancer(), RunLocalOptions([cartpole, pendulum], max_episodes=4), hooks=hooks
+                )
+    message = str(info.value)
+    assert message.startswith(f"fleet of {cartpole}, {pendulum} refused: {pendulum} serves ")
+    assert (
+        f"{pendulum} serves observation space Box(shape=(3,), dtype=FLOAT32), {cartpole} "
+        "Box(shape=(4,), dtype=FLOAT32)" in message
+    )
+    assert f"{pendulum} serves action space Box(" in message
+    assert info.value.report is None
+    assert hooks.resets == 0
+
+
+def test_a_fleet_object_gives_its_token_unless_one_is_given() -> None:
+    from trio_rlmesh.ray import RayEnvFleet
+
+    fleet = RayEnvFleet(("127.0.0.1:1", "127.0.0.1:2"), (), "fleet-secret")
+    assert RunLocalOptions(fleet).token == "fleet-secret"
+    assert list(RunLocalOptions(fleet).env_address) == ["127.0.0.1:1", "127.0.0.1:2"]
+    assert RunLocalOptions(fleet, token="mine").token == "mine"
+    alone = RunLocalOptions(RayEnvFleet(("127.0.0.1:1",), (), "fleet-secret"))
+    assert (alone.env_address, alone.token) == ("127.0.0.1:1", "fleet-secret")
+    assert RunLocalOptions(["127.0.0.1:1", "127.0.0.1:2"]).token is None
+
+
+async def test_a_fleet_of_servers_that_require_its_token_runs_without_being_told() -> None:
+    from trio_rlmesh.ray import RayEnvFleet
+
+    with trio.fail_after(60):
+        async with (
+            serving(gym.make(CARTPOLE), token="t0k") as a,
+            serving(gym.make(CARTPOLE), token="t0k") as b,
+        ):
+            options = RunLocalOptions(
+                RayEnvFleet((a, b), (), "t0k"), max_episodes=4, max_episode_steps=STEPS
+            )
+            report = await run_local(BatchedBalancer(), options)
+            with pytest.raises(TransportError, match="UNAUTHENTICATED"):
+                await run_local(BatchedBalancer(), RunLocalOptions([a, b], max_episodes=1))
+    assert report.status == "completed"
+    assert len(report.episodes) == 4
+
+
+async def test_the_same_address_twice_is_refused() -> None:
     with pytest.raises(SpecError, match="listed twice"):
         RunLocalOptions(["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:1"])
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import trio
 
-from trio_rlmesh import RunLocalOptions, run_local
+from trio_rlmesh import RunLocalOptions, SpecError, run_local
 from trio_rlmesh.runtime import RuntimeReport
 from trio_rlmesh.transports.grpc import serve_env
 
@@ -62,3 +62,18 @@ async def test_a_fleet_of_rlmesh_servers_and_ours_equals_one_endpoint_at_a_time(
     assert [p.endpoint for p in fleet.endpoints] == [*theirs, ours]
     assert {e.endpoint for e in fleet.episodes} == {*theirs, ours}
     assert max(model.sizes) > 1  # rows from several servers in one call
+
+
+async def test_an_rlmesh_server_that_serves_other_spaces_is_refused_before_any_episode() -> None:
+    with trio.fail_after(120):
+        async with rlmesh_env_server("pendulum") as theirs, trio.open_nursery() as nursery:
+            ours = await nursery.start(serve_env, gym.make("CartPole-v1"), "127.0.0.1:0")
+            model = Batched()
+            with pytest.raises(SpecError) as info:
+                await run_local(model, RunLocalOptions([ours, theirs], max_episodes=4))
+            nursery.cancel_scope.cancel()
+    assert str(info.value).startswith(
+        f"fleet of {ours}, {theirs} refused: {theirs} serves observation space "
+        "Box(shape=(3,), dtype=FLOAT32), "
+    )
+    assert model.sizes == []  # no predict: no episode started

@@ -1,12 +1,14 @@
 """Env fleets on Ray: ``trio_rlmesh.ray.env_fleet`` and ``trio-rlmesh run --ray-envs``.
 
 A local Ray (``ray.init(num_cpus=2, include_dashboard=False)``) runs every actor on this
-machine; the servers bind loopback (``host="127.0.0.1"``). Run by ``nox -s ray``.
+machine, so the servers bind loopback (given as ``host="127.0.0.1"``, or found out); every
+fleet's servers require its token. Run by ``nox -s ray``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 import trio
 
-from trio_rlmesh import Error, RunLocalOptions, TransportError, run_local
+from trio_rlmesh import Error, RunLocalOptions, SpecError, TransportError, run_local
 from trio_rlmesh.runtime import EpisodeCompleted, RuntimeHooks, RuntimeReport
 from trio_rlmesh.transports.grpc import open_env_client, serve_env
 
@@ -56,11 +58,12 @@ def options(addresses: Any, seeds: tuple[int, ...], **more: Any) -> RunLocalOpti
     )
 
 
-async def refused(address: str) -> bool:
-    """Whether nothing serves ``address`` any more."""
+async def refused(address: str, token: str) -> bool:
+    """Whether nothing serves ``address`` any more (a server still there would let a client
+    with its ``token`` in)."""
     with trio.fail_after(30):
         try:
-            async with open_env_client(address):
+            async with open_env_client(address, token=token):
                 return False
         except TransportError:
             return True
@@ -76,7 +79,7 @@ async def test_a_fleet_on_ray_gives_each_seed_the_episode_one_local_server_gives
             report = await run_local(Batched(), options(fleet, seeds))
             served: set[str] = set()
             for address in fleet:
-                async with open_env_client(address) as client:
+                async with open_env_client(address, token=fleet.token) as client:
                     await client.reset()
                 served.add(address)
         async with trio.open_nursery() as nursery:
@@ -92,7 +95,7 @@ async def test_a_fleet_on_ray_gives_each_seed_the_episode_one_local_server_gives
     assert served == set(fleet)
     # Leaving the block stopped every actor, and with it its server.
     for address in fleet:
-        assert await refused(address)
+        assert await refused(address, fleet.token)
 
 
 async def test_cancelling_inside_the_block_stops_the_actors() -> None:
@@ -103,7 +106,55 @@ async def test_cancelling_inside_the_block_stops_the_actors() -> None:
                 scope.cancel()
                 await trio.sleep_forever()
         for address in started:
-            assert await refused(address)
+            assert await refused(address, fleet.token)
+
+
+async def test_a_fleet_on_this_machine_binds_loopback_and_requires_its_own_token() -> None:
+    seeds = (0, 1, 2, 3)
+    with trio.fail_after(180):
+        async with env_fleet(TARGET, 2, {"num_cpus": 0}) as fleet:  # no host given
+            assert all(address.startswith(f"{LOOPBACK}:") for address in fleet)
+            assert isinstance(fleet.token, str)
+            assert len(fleet.token) >= 32
+            for address in fleet:
+                with pytest.raises(TransportError) as caught:
+                    async with open_env_client(address):
+                        pytest.fail(f"{address} let a client without the token in")
+                assert caught.value.code == "UNAUTHENTICATED"
+            # The run takes the token from the fleet.
+            report = await run_local(Batched(), options(fleet, seeds))
+            async with env_fleet(TARGET, 1, {"num_cpus": 0}) as other:
+                assert other.token != fleet.token
+    assert report.status == "completed"
+    assert [e.seed for e in report.episodes] == list(seeds)
+
+
+async def test_a_fleet_the_cluster_cannot_hold_fails_at_once_saying_why() -> None:
+    # The start timeout is 120 s: the refusal must come from the check, before any actor.
+    with trio.fail_after(30):
+        with pytest.raises(SpecError) as info:
+            async with env_fleet(TARGET, 8, {"num_cpus": 1}):
+                pytest.fail("the fleet started")
+    assert str(info.value).startswith(
+        "8 env servers on Ray asking {'num_cpus': 1} each cannot all be placed: the cluster "
+        "has CPU 2 on 1 node, room for 2 of them; "
+    )
+    assert info.value.operation == "ray.env_fleet"
+
+
+async def test_actors_waiting_for_resources_in_use_time_out_saying_what_is_free() -> None:
+    with trio.fail_after(60):
+        with pytest.raises(Error) as info:
+            async with env_fleet(
+                TARGET, 3, {"num_cpus": 1}, start_timeout=5.0, check_resources=False
+            ):
+                pytest.fail("the fleet started")
+    # Two of the three hold the 2 CPUs (how much is free at that moment is Ray's timing).
+    assert re.fullmatch(
+        r"3 env servers on Ray did not all start within 5\.0 s; each asks for "
+        r"\{'num_cpus': 1\}, and the cluster has CPU [0-9.]+ free",
+        str(info.value),
+    )
 
 
 class KillActor(RuntimeHooks):

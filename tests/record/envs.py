@@ -70,6 +70,16 @@ class Stepper(gym.Env[np.ndarray, np.int64]):
         return frame
 
 
+class CannotDraw(Stepper):
+    """A :class:`Stepper` whose first render fails as a classic-control env's does without
+    pygame."""
+
+    def render(self) -> np.ndarray | None:
+        raise gym.error.DependencyNotInstalled(
+            'pygame is not installed, run `pip install "gymnasium[classic-control]"`'
+        )
+
+
 def read_video(path: Any, height: int, width: int) -> np.ndarray:
     """An MP4's RGB frames of ``height`` x ``width``, decoded by imageio-ffmpeg's ffmpeg."""
     import subprocess

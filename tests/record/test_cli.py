@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,10 @@ def test_run_record_then_show_and_plot(
     assert main([*argv, "--json", "report.json", "--record", "runs/cartpole-v0"]) == 0
     report = json.loads(Path("report.json").read_text())
     _matches(_dataset(tmp_path / "runs" / "cartpole-v0"), report["episodes"])
-    capsys.readouterr()
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "report written to report.json",
+        "dataset written to runs/cartpole-v0 (4 episodes)",
+    ]
     assert main(["show", "runs/cartpole-v0", "--plot", "plots/returns.png"]) == 0
     printed = capsys.readouterr().out
     assert "env       CartPole-v1" in printed
@@ -58,6 +62,10 @@ def test_run_record_then_show_and_plot(
     assert "episodes  4 (0 terminated, 4 truncated)" in printed
     assert "steps     160 (mean length 40.0)" in printed
     assert "return    mean 40.000" in printed
+    # The intervals of the run's own report, as it printed them.
+    intervals = report["summary"]
+    assert (intervals["mean"], intervals["iqm"]) == (40.0, 40.0)
+    assert "intervals mean 40.00 [40.00, 40.00] · IQM 40.00 [40.00, 40.00] (n=4)" in printed
     assert Path("plots/returns.png").read_bytes().startswith(PNG)
 
 
@@ -133,6 +141,78 @@ def test_record_video_of_an_env_that_cannot_render_is_a_clear_error(
     assert "render mode None" in err
     assert '--env-kwargs \'{"render_mode": "rgb_array"}\'' in err
     assert not (tmp_path / "videos").exists() or not any((tmp_path / "videos").iterdir())
+
+
+def test_the_documented_record_video_command_records_cartpole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run --env gymnasium:CartPole-v1 --record-video DIR``, as docs/recording.md has it:
+    the env is made with rgb_array frames, drawn without a display."""
+    pytest.importorskip("imageio_ffmpeg", reason="videos need the record extra")
+    pytest.importorskip("pygame", reason="CartPole's frames need the record extra")
+    monkeypatch.chdir(tmp_path)
+    for variable in ("SDL_VIDEODRIVER", "SDL_AUDIODRIVER"):
+        monkeypatch.delenv(variable, raising=False)  # restored after the test
+    argv = ["run", "--env", "gymnasium:CartPole-v1", "--record-video", "videos"]
+    code = main([*argv, "--seeds", "0,1", "--max-episode-steps", "5", "--no-progress"])
+    assert code == 0
+    videos = sorted(Path("videos").iterdir())
+    assert [v.name for v in videos] == ["episode-000000.mp4", "episode-000001.mp4"]
+    for video in videos:
+        frames = read_video(video, 400, 600)
+        assert len(frames) == 6  # the reset's frame, then one per step
+        assert frames[0].mean() > 200  # CartPole's white background, not a black frame
+    assert (os.environ["SDL_VIDEODRIVER"], os.environ["SDL_AUDIODRIVER"]) == ("dummy", "dummy")
+
+
+@needs_minari
+def test_a_recording_that_fails_at_its_first_render_leaves_nothing_and_runs_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("imageio_ffmpeg", reason="videos need the record extra")
+    monkeypatch.chdir(tmp_path)
+
+    def argv(env: str) -> list[str]:
+        return [
+            *("run", "--env", f"tests.record.envs:{env}", "--env-arg", "render_mode=rgb_array"),
+            *("--model", "tests.record.envs:Cycle", "--seeds", "0..2", "--no-progress"),
+            *("--record", "runs/stepper-v0", "--record-video", "runs/videos"),
+        ]
+
+    assert main(argv("CannotDraw")) == 1
+    assert "pygame is not installed" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # not even runs/, which the recording made
+    assert main(argv("Stepper")) == 0, capsys.readouterr().err
+    assert _dataset(tmp_path / "runs" / "stepper-v0").total_episodes == 3
+    assert len(list((tmp_path / "runs" / "videos").iterdir())) == 3
+
+
+@needs_minari
+def test_a_gymnasium_target_records_the_spec_that_makes_it_again(tmp_path: Path) -> None:
+    path = tmp_path / "cartpole-v3"
+    code = main(
+        [
+            *("run", "--env", "gymnasium:CartPole-v1", "--env-arg", "sutton_barto_reward=true"),
+            *("--seeds", "7", "--max-episode-steps", "30", "--no-progress"),
+            *("--record", str(path)),
+        ]
+    )
+    assert code == 0
+    dataset = _dataset(path)
+    for eval_env in (False, True):
+        env = dataset.recover_environment(eval_env=eval_env)
+        assert env.spec.id == "CartPole-v1"
+        assert env.spec.kwargs == {"sutton_barto_reward": True}
+        assert env.spec.max_episode_steps == 30  # the run's cap, shorter than the env's 500
+    # The recovered env replays the recorded episode.
+    (episode,) = dataset.iterate_episodes()
+    env = dataset.recover_environment()
+    observation, _ = env.reset(seed=7)
+    np.testing.assert_array_equal(observation, episode.observations[0])
+    for t, action in enumerate(episode.actions):
+        observation, reward, *_ = env.step(action)
+        np.testing.assert_array_equal(observation, episode.observations[t + 1])
+        assert reward == episode.rewards[t]
 
 
 def test_datasets_say_plainly_when_python_is_too_old(

@@ -22,8 +22,9 @@ from trio_rlmesh.runtime import (
     RuntimeHooks,
     RuntimeReport,
 )
+from trio_rlmesh.transports.grpc import serve_env
 
-from .envs import Balancer, Chunks, Cycle, Stepper, needs_minari, rollout
+from .envs import Balancer, CannotDraw, Chunks, Cycle, Stepper, needs_minari, rollout
 
 pytestmark = needs_minari
 
@@ -93,6 +94,10 @@ async def test_a_recorded_cartpole_run_equals_its_report_and_a_direct_rollout(
     assert meta["algorithm_name"] == "tests.record.envs.Balancer"
     seeds = [m["seed"] for m in loaded.storage.get_episode_metadata(range(3))]
     assert seeds == [3, 4, 5]
+    # The env's own spec, with the run's cap: the dataset makes the env it ran again.
+    for eval_env in (False, True):
+        recovered = loaded.recover_environment(eval_env=eval_env).spec
+        assert (recovered.id, recovered.max_episode_steps) == ("CartPole-v1", 60)
 
 
 @pytest.mark.parametrize("data_format", ["hdf5", "arrow"])
@@ -122,6 +127,32 @@ def test_infos_observations_and_spaces_round_trip(tmp_path: Path, data_format: s
         outcome = [_text(v) for v in episode.infos["outcome"]]
         assert outcome == [""] * len(rewards) + [infos[-1]["outcome"]]
         assert list(episode.infos["_outcome"]) == [False] * len(rewards) + [True]
+
+
+@pytest.mark.network
+async def test_an_env_made_from_no_id_records_no_spec_and_a_given_one_is_recorded(
+    tmp_path: Path,
+) -> None:
+    plain = RunLocalOptions(Stepper(), max_episodes=1, record=tmp_path / "plain-v0")
+    await run_local(Cycle(), plain)
+    assert _dataset(tmp_path / "plain-v0").spec.env_spec is None
+    # A served env's origin is unknown here; the caller can say it.
+    given = RecordOptions(
+        tmp_path / "given-v0", env_spec="CartPole-v1", eval_env_spec=gym.spec("Acrobot-v1")
+    )
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            address = await nursery.start(serve_env, gym.make("CartPole-v1"), "127.0.0.1:0")
+            options = RunLocalOptions(address, max_episodes=1, max_episode_steps=10, record=given)
+            await run_local(Balancer(), options)
+            nursery.cancel_scope.cancel()
+    dataset = _dataset(tmp_path / "given-v0")
+    assert dataset.recover_environment().spec.id == "CartPole-v1"
+    assert dataset.recover_environment(eval_env=True).spec.id == "Acrobot-v1"
+    with pytest.raises(SpecError, match="'NoSuchEnv-v0' is no registered Gymnasium env"):
+        RecordOptions(tmp_path / "bad-v0", env_spec="NoSuchEnv-v0")
+    with pytest.raises(SpecError, match="a Gymnasium EnvSpec or a registered id, got int"):
+        RecordOptions(tmp_path / "bad-v0", env_spec=3)
 
 
 def _text(value: Any) -> str:
@@ -275,6 +306,46 @@ def test_a_failed_run_leaves_exactly_the_episodes_of_its_report(tmp_path: Path) 
     assert report is not None
     assert len(report.episodes) == 2
     _assert_matches_report(_dataset(path), report)
+
+
+def test_a_failure_before_any_episode_leaves_the_directories_as_they_were(
+    tmp_path: Path,
+) -> None:
+    """A run that fails at its first render writes no episode: what the recording made goes,
+    what was there before stays."""
+    pytest.importorskip("imageio_ffmpeg", reason="videos need the record extra")
+    path, videos = tmp_path / "kept-v0", tmp_path / "videos"
+    path.mkdir()
+    (path / "notes.txt").write_text("mine")
+    videos.mkdir()
+    (videos / "older.mp4").write_bytes(b"mine")
+    record = RecordOptions(path, video=videos)
+    with pytest.raises(EnvError, match="pygame is not installed"):
+        trio_rlmesh.run(Cycle(), CannotDraw(render_mode="rgb_array"), max_episodes=2, record=record)
+    assert sorted(p.name for p in path.iterdir()) == ["notes.txt"]
+    assert sorted(p.name for p in videos.iterdir()) == ["older.mp4"]
+    trio_rlmesh.run(Cycle(), Stepper(render_mode="rgb_array"), max_episodes=2, record=record)
+    assert _dataset(path).total_episodes == 2
+    assert sorted(p.name for p in videos.iterdir()) == [
+        "episode-000000.mp4",
+        "episode-000001.mp4",
+        "older.mp4",
+    ]
+
+
+async def test_a_run_cancelled_before_an_episode_counted_leaves_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "runs" / "early-v0"
+    hooks = Cancel(at=0)  # cancelled at its first reset, below
+
+    class CancelAtReset(RuntimeHooks):
+        async def reset_completed(self, event: Any) -> None:
+            assert hooks.driver is not None
+            hooks.driver.cancel("early")
+
+    options = RunLocalOptions(Stepper(), max_episodes=3, record=path)
+    report = await run_local(Cycle(), options, hooks=CancelAtReset(), task_status=hooks)  # type: ignore[arg-type]
+    assert (report.status, report.episodes) == ("cancelled", ())
+    assert not (tmp_path / "runs").exists()
 
 
 def test_a_writer_failure_stops_the_run_and_keeps_what_was_written(

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import attrs
@@ -17,6 +18,7 @@ from trio_rlmesh.runtime import (
     RuntimeLimits,
     RuntimeReport,
 )
+from trio_rlmesh.runtime._fleet import Fleet
 from trio_rlmesh.testing import FakeEnv, FakeModel
 
 UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -35,6 +37,24 @@ def driver(
     if limits:
         spec["limits"] = attrs.evolve(RuntimeLimits(), **limits)
     return RuntimeDriver(env.session_spec(**spec), env, model, hooks, prefetch_lead=prefetch_lead)
+
+
+def fake_endpoints(
+    envs: Mapping[str, FakeEnv], model: FakeModel, max_episodes: int = 4
+) -> tuple[
+    Callable[[str], AbstractAsyncContextManager[FakeEnv]],
+    Callable[[str, FakeEnv, Fleet], Awaitable[RuntimeDriver]],
+]:
+    """``FleetRun.run``'s two steps for fake endpoints: ``envs`` by address, one model."""
+
+    @asynccontextmanager
+    async def open_endpoint(address: str) -> AsyncIterator[FakeEnv]:
+        yield envs[address]
+
+    async def prepare(address: str, env: FakeEnv, fleet: Fleet) -> RuntimeDriver:
+        return RuntimeDriver(env.session_spec(max_episodes=max_episodes), env, model, fleet=fleet)
+
+    return open_endpoint, prepare
 
 
 async def run(

@@ -5,7 +5,8 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from trio_rlmesh import EnvError, Error, ProtocolError
+from trio_rlmesh import EnvError, Error, ProtocolError, TransportError
+from trio_rlmesh._errors import where
 from trio_rlmesh.protocol import meta_to_python, model_v1
 from trio_rlmesh.runtime._ids import deterministic_reset_seed
 from trio_rlmesh.runtime._spec import DEFAULT_MAX_EPISODE_STEPS
@@ -353,6 +354,8 @@ async def test_report_json_schema(autojump_clock: MockClock) -> None:
         "success_rate",
         "episodes",
         "telemetry",
+        "summary",
+        "setup",
     ]
     assert (data["total_steps"], data["env_step_calls"], data["success_rate"]) == (4, 4, None)
     assert data["status"] == "completed"
@@ -409,3 +412,46 @@ async def test_episode_predict_and_step_means(autojump_clock: MockClock) -> None
 def test_observation_helper() -> None:
     rows = decode_observation([np.arange(8, dtype="<f4").tobytes()])
     assert rows.shape == (2, 4)
+
+
+class _LosesItsServer(FakeModel):
+    """A model whose server goes away at its third predict, as a killed model server's
+    client reports it (an unrecoverable TransportError without the runtime's step)."""
+
+    calls = 0
+
+    async def predict(self, request):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        if self.calls == 3:
+            raise TransportError(
+                f"connection lost during {where('model.predict', 'tcp://h:1', None, None)}: "
+                "the peer closed the connection",
+                operation="model.predict",
+                address="tcp://h:1",
+            )
+        return await super().predict(request)
+
+
+async def test_a_lost_model_server_is_named_with_its_step_and_not_released(
+    autojump_clock: MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = _LosesItsServer()
+    with pytest.raises(TransportError) as info:
+        await run(FakeEnv(episode_length=5), model, max_episodes=2, close_env_on_end=True)
+    assert str(info.value) == (
+        "connection lost during model.predict to tcp://h:1 at step 2 on lane 0: "
+        "the peer closed the connection"
+    )
+    assert (info.value.step, info.value.lane) == (2, 0)
+    # No release over the connection that is gone, and no warning that "the run goes on".
+    assert model.releases == []
+    assert not [r for r in caplog.records if "release_adapter" in r.getMessage()]
+
+
+async def test_a_release_that_fails_at_the_end_is_not_said_to_let_the_run_go_on(
+    autojump_clock: MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = FakeModel(faults=[Fault("model.release_adapter")])
+    await run(FakeEnv(episode_length=1), model)
+    [record] = [r for r in caplog.records if "release_adapter" in r.getMessage()]
+    assert record.getMessage().startswith("release_adapter failed (as the run ended): ModelError")

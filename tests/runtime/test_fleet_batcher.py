@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 
 import pytest
 import trio
@@ -11,13 +10,13 @@ from trio.testing import MockClock
 
 from trio_rlmesh import Error, ProtocolError
 from trio_rlmesh.protocol import model_v1
-from trio_rlmesh.runtime import ModelPrediction, RuntimeDriver, RuntimeLimits
+from trio_rlmesh.runtime import ModelPrediction, RuntimeLimits
 from trio_rlmesh.runtime._calls import Outcome
 from trio_rlmesh.runtime._fleet import Fleet, FleetBatcher, FleetRun
 from trio_rlmesh.runtime._pool import EpisodePool
 from trio_rlmesh.testing import FakeEnv, FakeModel
 
-from ._support import ShortModel
+from ._support import ShortModel, fake_endpoints
 
 
 def request(n: int) -> model_v1.PredictRequest:
@@ -176,13 +175,7 @@ async def test_a_slow_endpoint_does_not_hold_back_a_fleets_predicts(
     pool = EpisodePool(max_episodes=4)
     fleet = Fleet(pool, model, RuntimeLimits(env_step_timeout=100.0), fuse_wait=3.0)
     run = FleetRun(list(envs), fleet, session_id="s")
-
-    @asynccontextmanager
-    async def open_driver(address: str, fleet: Fleet) -> AsyncIterator[RuntimeDriver]:
-        env = envs[address]
-        yield RuntimeDriver(env.session_spec(max_episodes=4), env, model, fleet=fleet)
-
-    report = await run.run(open_driver)
+    report = await run.run(*fake_endpoints(envs, model))
     assert report.status == "completed"
     counts = {part.endpoint: part.episodes for part in report.endpoints}
     assert counts == {"fast:1": 3, "slow:1": 1}
@@ -202,13 +195,8 @@ async def test_a_fused_answer_of_the_wrong_length_fails_the_fleet(
     model = ShortModel(fuses_predicts=True)
     fleet = Fleet(EpisodePool(max_episodes=4), model, RuntimeLimits(), fuse_wait=3.0)
 
-    @asynccontextmanager
-    async def open_driver(address: str, fleet: Fleet) -> AsyncIterator[RuntimeDriver]:
-        env = envs[address]
-        yield RuntimeDriver(env.session_spec(max_episodes=4), env, model, fleet=fleet)
-
     with pytest.raises(ProtocolError) as info:
-        await FleetRun(list(envs), fleet, session_id="s").run(open_driver)
+        await FleetRun(list(envs), fleet, session_id="s").run(*fake_endpoints(envs, model))
     assert info.value.operation == "model.predict"
     assert "model endpoint local-model answered 1 results for a group of 2 predicts" in str(
         info.value

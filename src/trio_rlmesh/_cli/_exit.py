@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
 from typing import Final
 
@@ -22,6 +23,7 @@ import attrs
 import trio
 
 from .._errors import Error, SpecError
+from ..model._internal import without_route_ids
 
 __all__ = [
     "EXIT_CANCELLED",
@@ -85,27 +87,47 @@ class Failure:
     """The report's ``reason``: ``"<ErrorClass>: <message>"``."""
 
 
-def describe(exc: BaseException) -> Failure:
+def describe(exc: BaseException, options: Mapping[str, str] | None = None) -> Failure:
     """One line and an exit status for ``exc`` (unwrapped first).
 
     * a :class:`~trio_rlmesh.SpecError` raised before the run started (a bad argument, a
       target that cannot be loaded, an option the env cannot run with): exit status 2;
     * any other :class:`~trio_rlmesh.Error` (env, model, transport, protocol, timeout):
-      exit status 1, its message as it is;
+      exit status 1, its message as it is, but for route ids (the report's ``reason``
+      keeps them);
     * anything else is unexpected: exit status 1, the exception's class and message (and
       its traceback on stderr when ``TRIO_RLMESH_DEBUG`` is set).
+
+    ``options`` maps the Python API's parameter names to the command's options: errors
+    the API words for its callers (``drop episode_seeds``) name the option the command
+    line user typed instead (``drop --seeds``).
     """
     cause = unwrap(exc)
-    text = _one_line(str(cause))
+    text = _in_words_of(options or {}, _one_line(str(cause)))
     reason = f"{type(cause).__name__}: {text}"
+    # The report keeps the route ids that match the servers' logs; the line for a human
+    # names envs by name only.
     if isinstance(cause, SpecError) and cause.report is None:
-        return Failure(text, EXIT_USAGE, reason)
+        return Failure(without_route_ids(text), EXIT_USAGE, reason)
     if isinstance(cause, Error):
-        return Failure(text, EXIT_FAILED, reason)
+        return Failure(without_route_ids(text), EXIT_FAILED, reason)
     if os.environ.get(DEBUG_VARIABLE):
         traceback.print_exception(cause)
         return Failure(reason, EXIT_FAILED, reason)
     return Failure(f"{reason} (set {DEBUG_VARIABLE}=1 for the traceback)", EXIT_FAILED, reason)
+
+
+def _in_words_of(options: Mapping[str, str], text: str) -> str:
+    """``text`` with each API parameter name of ``options`` replaced by its option.
+
+    >>> _in_words_of({"episode_seeds": "--seeds"}, "drop episode_seeds, or RunLocalOptions.x")
+    'drop --seeds, or RunLocalOptions.x'
+    """
+    if not options:
+        return text
+    # A whole name only: not a part of a longer one, nor an attribute (RunLocalOptions.x).
+    names = "|".join(re.escape(name) for name in sorted(options, key=len, reverse=True))
+    return re.sub(rf"(?<![\w.])({names})(?!\w)", lambda m: options[m.group()], text)
 
 
 def _one_line(text: str) -> str:

@@ -1,9 +1,9 @@
 """What ``run`` prints and writes: the episode table, the summary, the JSON report.
 
-Results come first: the episode table and a summary (reward mean ± standard deviation, min
-and max, mean length, success rate when the env reports success). The telemetry table is
-printed only on request. ``--json -`` puts the report on stdout, and then every other line
-goes to stderr.
+Results come first: the episode table (a rich table, printed through the console of
+:mod:`._terminal`) and a summary (reward mean ± standard deviation, min and max, mean length,
+success rate when the env reports success). The telemetry table is printed only on request.
+``--json -`` puts the report on stdout, and then every other line goes to stderr.
 """
 
 from __future__ import annotations
@@ -12,22 +12,27 @@ import json
 import math
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from ..runtime import RuntimeReport
+from ..runtime import EpisodeRecord, RuntimeReport
 from ._exit import UsageError
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = [
     "STDOUT",
     "UnwritableReport",
     "check_writable",
     "empty_report_dict",
+    "episodes_table",
     "file_reason",
     "format_endpoints",
-    "format_episodes",
     "format_summary",
     "plural",
+    "read_text_file",
     "write_json",
 ]
 
@@ -48,23 +53,41 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def format_episodes(report: RuntimeReport) -> str:
-    """The table of the episodes a run finished, one line each (a fleet's name their
-    endpoint)."""
-    fleet = bool(report.endpoints)
-    header = f"{'#':>4} {'seed':>8} {'steps':>7} {'reward':>10} {'term':>5} {'trunc':>5} {'ok':>5}"
-    if fleet:
-        header += "  endpoint"
-    lines = [header, "-" * len(header)]
-    for ep in report.episodes:
-        seed = "-" if ep.seed is None else str(ep.seed)
-        ok = "-" if ep.success is None else ("yes" if ep.success else "no")
-        line = (
-            f"{ep.index:>4} {seed:>8} {ep.steps:>7} {ep.reward:>10.2f} "
-            f"{ep.terminated!s:>5} {ep.truncated!s:>5} {ok:>5}"
-        )
-        lines.append(f"{line}  {ep.endpoint}" if fleet else line)
-    return "\n".join(lines)
+def episodes_table(report: RuntimeReport) -> Table:
+    """The table of the episodes a run finished, one row each.
+
+    Columns that would say nothing are left out: ``seed`` when no episode was reset with an
+    explicit seed, ``success`` when the env reports none; a fleet's rows name their endpoint.
+    """
+    from rich import box
+    from rich.table import Table
+
+    episodes = report.episodes
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    columns: list[tuple[str, Callable[[EpisodeRecord], str]]] = [("#", lambda e: str(e.index))]
+    if any(e.seed is not None for e in episodes):
+        columns.append(("seed", lambda e: "-" if e.seed is None else str(e.seed)))
+    columns += [
+        ("steps", lambda e: str(e.steps)),
+        ("reward", lambda e: f"{e.reward:.2f}"),
+        ("ended", _ending),
+    ]
+    if any(e.success is not None for e in episodes):
+        columns.append(("success", lambda e: {None: "-", True: "yes", False: "no"}[e.success]))
+    if report.endpoints:
+        columns.append(("endpoint", lambda e: e.endpoint or "-"))
+    for name, _ in columns:
+        # Folded, never cropped: a terminal too narrow for a cell wraps it, loses nothing.
+        table.add_column(name, justify="right", overflow="fold")
+    for episode in episodes:
+        table.add_row(*(cell(episode) for _, cell in columns))
+    return table
+
+
+def _ending(episode: EpisodeRecord) -> str:
+    if episode.terminated:
+        return "terminated"
+    return "truncated" if episode.truncated else "-"
 
 
 def format_summary(report: RuntimeReport) -> str:
@@ -98,11 +121,14 @@ def format_summary(report: RuntimeReport) -> str:
     if rate is not None:
         successes = sum(1 for e in episodes if e.success)
         lines.append(f"success rate {rate:.1%} ({successes} of {len(episodes)})")
+    if episodes:
+        lines.append(report.summary.format_line())
     return "\n".join(lines)
 
 
 def format_endpoints(report: RuntimeReport) -> str:
-    """A fleet run's endpoints, one line each (and, for a lost one, why and what ran again).
+    """A fleet run's endpoints, one line each (and, for a lost one, why and what ran again),
+    with the interval estimates of the episodes each one ran.
 
     >>> from trio_rlmesh.runtime import EndpointReport
     >>> report = RuntimeReport("completed", None, "s", "fleet", (), 90, endpoints=(
@@ -120,6 +146,9 @@ def format_endpoints(report: RuntimeReport) -> str:
             f"endpoint {part.endpoint}: {part.status}, {plural(part.episodes, 'episode')}, "
             f"{part.env_step_calls} env steps"
         )
+        summary = report.summary_of(part.endpoint)
+        if summary.episodes:
+            lines.append(f"  {summary.format_line()}")
         if part.error is not None:
             retried = ", ".join(f"episode {i} (seed {seed})" for i, seed in part.retried)
             lines.append(f"  lost: {part.error}; started again elsewhere: {retried or 'none'}")
@@ -170,6 +199,23 @@ def check_writable(path: Path | None, option: str) -> None:
         raise UnwritableReport(f"{option} {path} cannot be written: {why}") from None
     if not existed:
         path.unlink(missing_ok=True)
+
+
+def read_text_file(path: Path, option: str) -> str:
+    """The text of the file an option names.
+
+    Raises:
+        UsageError: the file cannot be read, or is not UTF-8 text (naming the option, the
+            path and where the text goes wrong).
+    """
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {option} {path}: {file_reason(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{option} {path} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})"
+        ) from None
 
 
 def file_reason(exc: OSError) -> str:

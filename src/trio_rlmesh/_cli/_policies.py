@@ -1,18 +1,25 @@
-"""The policies ``run`` uses when no ``--model`` is given, or ``--model random``.
+"""The policies ``run`` uses when no ``--model`` is given, and the models named by name.
 
 The CartPole heuristic is for CartPole only; any other env gets the random baseline, which
-samples the env's action space as RLMesh's ``RANDOM_SAMPLE`` does.
+samples the env's action space as RLMesh's ``RANDOM_SAMPLE`` does. ``random`` is also a
+model of its own: ``run --model random``, ``serve-model random``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
+from .._errors import Error, ModelError
+from ..model import ModelObservation, PredictFrames
 from ..protocol import EnvContractInfo
 from ..spaces import Box, Discrete
 from ._exit import UsageError
 
-__all__ = ["HeuristicCartPole", "RandomPolicy", "is_cartpole"]
+__all__ = ["BUILTIN_MODELS", "RANDOM_MODEL", "HeuristicCartPole", "RandomPolicy", "is_cartpole"]
+
+RANDOM_MODEL: Final = "random"
+"""``--model random``, ``serve-model random``: the random baseline (RLMesh's ``RANDOM_SAMPLE``)."""
 
 
 class HeuristicCartPole:
@@ -44,26 +51,75 @@ def is_cartpole(info: EnvContractInfo) -> bool:
 class RandomPolicy:
     """Each action a sample of the env's action space: RLMesh's ``RANDOM_SAMPLE`` baseline.
 
-    Sampling uses Gymnasium's spaces (``action_space.sample()``, as RLMesh does), seeded
-    with ``seed`` when one is given.
+    A :class:`~trio_rlmesh.model.ModelHandler`, so it learns each route's action space from
+    the route itself: ``run --model random`` runs it in process, ``serve-model random``
+    serves it to any runtime. Sampling uses Gymnasium's spaces (``action_space.sample()``,
+    as RLMesh does), each route's seeded with ``seed`` when one is given.
 
     Raises:
         UsageError: Gymnasium is not installed.
     """
 
-    def __init__(self, info: EnvContractInfo, seed: int | None = None) -> None:
-        try:
-            from ..spaces import to_gymnasium
+    name = RANDOM_MODEL
 
-            self._space = to_gymnasium(info.action_space)
+    def __init__(self, seed: int | None = None) -> None:
+        try:
+            import gymnasium.spaces  # noqa: F401 - sampling needs it; say so now, not later
         except ImportError:
             raise UsageError(
                 "the random policy samples the action space with Gymnasium, which is not "
                 "installed: pip install 'trio-rlmesh[gymnasium]', or pass --model"
             ) from None
-        self._space.seed(seed)
+        self._seed = seed
+        self._spaces: dict[tuple[str, int], Any] = {}
 
-    def predict(self, observation: Any) -> Any:
-        """A fresh sample of the action space (the observation is not looked at)."""
-        del observation
-        return self._space.sample()
+    def _space(self, group: ModelObservation) -> Any:
+        space = group.action_space
+        if space is None:
+            raise ModelError(
+                f"the random policy has no action space to sample for {group.env_label}",
+                operation="model.predict",
+            )
+        key = (group.env_id, id(space))
+        sampled = self._spaces.get(key)
+        if sampled is None:
+            from ..spaces import to_gymnasium
+
+            sampled = self._spaces[key] = to_gymnasium(space)
+            sampled.seed(self._seed)
+        return sampled
+
+    async def predict_grouped(
+        self, observations: list[ModelObservation]
+    ) -> list[PredictFrames | Error]:
+        """A fresh sample of each lane's action space (the observations are not looked at)."""
+        answers: list[PredictFrames | Error] = []
+        for group in observations:
+            try:
+                space = self._space(group)
+            except Error as exc:
+                answers.append(exc)
+                continue
+            answers.append(PredictFrames([space.sample() for _ in range(group.num_envs)]))
+        return answers
+
+    def route_setup(self) -> None:
+        """Routes need no setup: the action space comes with every predict."""
+
+    async def reset_adapter(self, env_id: str, episode_ids: Sequence[str]) -> None:
+        """Nothing is kept per episode."""
+
+    def take_adapter_ns(self) -> int:
+        """No adapter work is done."""
+        return 0
+
+    def held_state(self) -> None:
+        """No per-episode state is held."""
+
+    async def close(self) -> None:
+        """Forget the routes' spaces."""
+        self._spaces.clear()
+
+
+BUILTIN_MODELS: dict[str, Callable[[], Any]] = {RANDOM_MODEL: RandomPolicy}
+"""The models the command line names without ``module:attr``."""

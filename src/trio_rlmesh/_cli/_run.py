@@ -5,27 +5,18 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import os
 import sys
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 import trio
 
 from .._errors import Error, TransportError
 from ..record import RecordOptions
-from ..runtime import (
-    EpisodeCompleted,
-    EpisodeRecord,
-    RuntimeDriver,
-    RuntimeHooks,
-    RuntimeReport,
-    StepCompleted,
-)
+from ..runtime import RuntimeDriver, RuntimeHooks, RuntimeReport
 from ..runtime._internal import (
     DEFAULT_FUSE_WAIT,
     SERVING_USER_CODE_MODES,
@@ -47,22 +38,26 @@ from ._output import (
     UnwritableReport,
     check_writable,
     empty_report_dict,
+    episodes_table,
     file_reason,
     format_endpoints,
-    format_episodes,
     format_summary,
     plural,
+    read_text_file,
     write_json,
 )
-from ._policies import HeuristicCartPole, RandomPolicy, is_cartpole
+from ._policies import RANDOM_MODEL, HeuristicCartPole, RandomPolicy, is_cartpole
 from ._targets import (
+    GymnasiumFactory,
     add_env_kwargs_options,
+    add_grpc_backend_option,
     check_address,
     env_kwargs,
     is_address,
     load_env_target,
     load_model_target,
 )
+from ._terminal import LiveProgress, RunProgress, open_console
 from ._tokens import (
     ENV_TOKEN_VARIABLE,
     MODEL_TOKEN_VARIABLE,
@@ -74,12 +69,13 @@ from ._tokens import (
     resolve_token,
 )
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 __all__ = ["add_run_parser", "parse_seeds", "run_command"]
 
 DEFAULT_ENV = "gymnasium:CartPole-v1"
 DEFAULT_EPISODES = 10
-RANDOM_MODEL = "random"
-"""``--model random``: the random baseline (RLMesh's ``RANDOM_SAMPLE``)."""
 PROBE_TIMEOUT = 5.0
 """Seconds a handshake that tells an env server from a model server may take."""
 CANCEL_GRACE = 1.5
@@ -90,6 +86,21 @@ RECORD_CANCEL_GRACE = 15.0
 """The same for a recorded run, which also writes the episodes it counted and still queues."""
 FREEZE_TIMEOUT = 10.0
 """Seconds a process that must end at once waits for a recording's write in progress."""
+API_OPTIONS: Final = {
+    "episode_seeds": "--seeds",
+    "base_seed": "--base-seed",
+    "max_episodes": "--episodes",
+    "max_episode_steps": "--max-episode-steps",
+    "max_episode_seconds": "--max-episode-seconds",
+    "execution_horizon": "--execution-horizon",
+    "prefetch_lead": "--prefetch-lead",
+    "fuse_wait": "--fuse-wait",
+    "tolerate_endpoint_failures": "--tolerate-endpoint-failures",
+    "user_code": "--user-code",
+    "grpc_backend": "--grpc-backend",
+}
+"""The :class:`~trio_rlmesh.RunLocalOptions` fields ``run`` sets from an option, by name:
+its errors name the option instead."""
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -180,13 +191,14 @@ def add_run_parser(commands: Any) -> None:
         "thread: always on a worker thread (a call that hangs can be abandoned at its "
         "deadline or on Ctrl-C); inline: always on the event loop",
     )
+    add_grpc_backend_option(p)
     add_token_options(p, "auth token for the env and model servers")
     add_side_token_options(p)
     p.add_argument(
         "--json", type=Path, metavar="PATH", help="write the report as JSON to PATH ('-': stdout)"
     )
     p.add_argument("--telemetry", action="store_true", help="print the table of timings too")
-    p.add_argument("--no-progress", action="store_true", help="no live progress line")
+    p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.add_argument(
         "--record",
         type=Path,
@@ -197,7 +209,8 @@ def add_run_parser(commands: Any) -> None:
         "--record-video",
         type=Path,
         metavar="DIR",
-        help="write one MP4 per counted episode to DIR (the env must render rgb_array)",
+        help="write one MP4 per counted episode to DIR, from rgb_array frames (a "
+        "gymnasium:<id> env is made with them; other envs must render them)",
     )
     p.set_defaults(handler=run_command)
 
@@ -232,6 +245,8 @@ class _Plan:
     """``--user-code``: for the model, and for an env served here or on Ray actors."""
     fuse_wait: float = DEFAULT_FUSE_WAIT
     """``--fuse-wait``: a fleet's."""
+    grpc_backend: Literal["trio", "grpclib"] = "trio"
+    """``--grpc-backend``: how this process speaks gRPC to the servers."""
 
     @property
     def env_address(self) -> str | None:
@@ -246,10 +261,7 @@ def read_envs_file(path: Path) -> list[str]:
     Raises:
         UsageError: the file cannot be read.
     """
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UsageError(f"--envs-file {path}: {exc.strerror or exc}") from None
+    text = read_text_file(path, "--envs-file")
     lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
     return [line for line in lines if line]
 
@@ -333,6 +345,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
             )
         env_addresses = (check_address(env_label, "--env"),)
     else:
+        kwargs = _with_frames(args, env_label, kwargs)
         env = load_env_target(env_label, kwargs, run=True)
     ray_envs: int | None = args.ray_envs
     if ray_envs is not None:
@@ -356,7 +369,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         model_label = f"the model at {args.model}"
         model_address = check_address(args.model, "--model")
     else:
-        model = load_model_target(args.model)
+        model = load_model_target(args.model, run=True)
     if args.fuse_wait is not None and len(env_addresses) < 2 and (ray_envs or 0) < 2:
         raise UsageError(
             "--fuse-wait tunes how a fleet's predicts are fused (several --env addresses, "
@@ -386,7 +399,16 @@ def _plan(args: argparse.Namespace) -> _Plan:
         record=record,
         user_code=args.user_code,
         fuse_wait=DEFAULT_FUSE_WAIT if args.fuse_wait is None else args.fuse_wait,
+        grpc_backend=args.grpc_backend,
     )
+
+
+def _with_frames(args: argparse.Namespace, target: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``--record-video`` on an env this command makes from a Gymnasium id: ask it for the
+    ``rgb_array`` frames a video is made of (a ``render_mode`` given stays)."""
+    if args.record_video is None or not target.startswith("gymnasium:") or "render_mode" in kwargs:
+        return kwargs
+    return {**kwargs, "render_mode": "rgb_array"}
 
 
 def _record(args: argparse.Namespace) -> RecordOptions | None:
@@ -413,59 +435,6 @@ def _token(args: argparse.Namespace, side: Side, address: str | None) -> str | N
     return None
 
 
-class _Progress(RuntimeHooks):
-    """Counts what the run has done; the ticker renders it, never the hot path."""
-
-    def __init__(self, episodes: int, endpoints: int = 1) -> None:
-        self.target = episodes
-        self.endpoints = endpoints
-        """The fleet's size (1: not a fleet)."""
-        self.lost: Callable[[], int] = lambda: 0
-        """How many of the fleet's endpoints are lost so far (set once the run starts)."""
-        self.done = 0
-        self.steps = 0
-        self.reward_sum = 0.0
-        self.started = time.perf_counter()
-        self.records: list[EpisodeRecord] = []
-        """Every episode counted so far: what a run that must end at once still reports."""
-
-    async def step_completed(self, event: StepCompleted) -> None:
-        self.steps = event.total_steps
-
-    async def episode_completed(self, event: EpisodeCompleted) -> None:
-        self.done += 1
-        self.reward_sum += event.record.reward
-        self.records.append(event.record)
-
-    def report(self, reason: str) -> RuntimeReport:
-        """A cancelled report of the episodes counted so far (no telemetry)."""
-        return RuntimeReport(
-            "cancelled", reason, "", "", tuple(self.records), env_step_calls=self.steps
-        )
-
-    def line(self) -> str:
-        elapsed = max(time.perf_counter() - self.started, 1e-9)
-        mean = f"{self.reward_sum / self.done:8.2f}" if self.done else f"{'-':>8}"
-        width = 24
-        filled = int(width * self.done / self.target) if self.target else 0
-        bar = "#" * filled + "-" * (width - filled)
-        line = (
-            f"[{bar}] {self.done}/{self.target} episodes  {self.steps / elapsed:8.0f} steps/s  "
-            f"mean reward {mean}"
-        )
-        if self.endpoints > 1:
-            lost = self.lost()
-            line += f"  {self.endpoints - lost}/{plural(self.endpoints, 'endpoint')} up"
-        return line
-
-
-async def _ticker(progress: _Progress, stream: TextIO) -> None:
-    while True:
-        stream.write("\r" + progress.line())
-        stream.flush()
-        await trio.sleep(0.2)
-
-
 class _DriverSlot:
     """The ``task_status`` a run reports its driver to, so that a signal can cancel it.
 
@@ -476,7 +445,7 @@ class _DriverSlot:
         self.driver: RuntimeDriver | FleetRun | None = None
         self.reason: str | None = None
         self.report: RuntimeReport | None = None
-        self.progress: _Progress | None = None
+        self.progress: RunProgress | None = None
         self._scope = scope
 
     def started(self, value: Any = None) -> None:
@@ -496,20 +465,24 @@ class _DriverSlot:
 
 
 async def _evaluate(
-    args: argparse.Namespace, plan: _Plan, out: TextIO, interrupts: Interrupts
+    args: argparse.Namespace, plan: _Plan, console: Console, interrupts: Interrupts
 ) -> RuntimeReport:
     from .._facade import RunLocalOptions
     from ..transports.grpc import serve_env
 
-    progress = _Progress(plan.episodes, plan.ray_envs or max(1, len(plan.env_addresses)))
-    show_progress = not args.no_progress and out.isatty()
+    progress = RunProgress(plan.episodes, plan.ray_envs or max(1, len(plan.env_addresses)))
+    bar = LiveProgress(console, progress) if not args.no_progress else None
     async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
         slot = _DriverSlot(nursery.cancel_scope)
         slot.progress = progress
         interrupts.arm(lambda signum: slot.cancel(f"interrupted by {signum.name}"))
-        interrupts.last_words(
-            lambda: _last_words(args, out, progress.report(_interrupted(interrupts)))
-        )
+
+        def last_words() -> None:
+            if bar is not None:
+                bar.stop()
+            _last_words(args, console, progress.report(_interrupted(interrupts)))
+
+        interrupts.last_words(last_words)
         addresses: Sequence[str] = plan.env_addresses
         if plan.ray_envs is not None:
             addresses = await stack.enter_async_context(_ray_fleet(plan))
@@ -519,7 +492,7 @@ async def _evaluate(
                 served = functools.partial(serve_env, user_code=plan.user_code)
             addresses = [await nursery.start(served, plan.env, "127.0.0.1:0")]
         options = RunLocalOptions(
-            list(addresses),
+            addresses,  # a Ray fleet brings its own token
             token=plan.env_token,
             base_seed=args.base_seed,
             episode_seeds=tuple(args.seeds or ()),
@@ -533,17 +506,19 @@ async def _evaluate(
             record=plan.record,
             user_code=plan.user_code,
             fuse_wait=plan.fuse_wait,
+            grpc_backend=plan.grpc_backend,
         )
-        if show_progress:
-            nursery.start_soon(_ticker, progress, out)
+        # The bar starts below the line that says what runs (printed once connected).
+        announced = None if bar is None else functools.partial(nursery.start_soon, bar.run)
         try:
-            await _drive(plan, options, progress, slot)
+            await _drive(plan, options, progress, slot, announced)
         finally:
-            # The in-process env server and the ticker end with the run.
+            # The in-process env server and the bar end with the run, before any result
+            # or error is printed.
             interrupts.disarm()
             nursery.cancel_scope.cancel()
-    if show_progress:
-        out.write("\r" + progress.line() + "\n")
+            if bar is not None:
+                bar.stop()
     if slot.report is None:  # cancelled while connecting
         return RuntimeReport(
             status="cancelled",
@@ -562,32 +537,42 @@ def _ray_fleet(plan: _Plan) -> AbstractAsyncContextManager[Sequence[str]]:
 
     sys.stderr.write(f"trio-rlmesh: starting {plural(plan.ray_envs or 0, 'env server')} on Ray\n")
     sys.stderr.flush()
-    # Without $RAY_ADDRESS, Ray runs on this machine: reach its servers on loopback.
-    host = None if os.environ.get("RAY_ADDRESS") else "127.0.0.1"
+    # The servers on this machine bind loopback, and each requires the fleet's own token,
+    # which the run takes from the fleet.
     return env_fleet(
         plan.env_label,
         plan.ray_envs or 0,
         env_kwargs=plan.env_kwargs,
-        host=host,
         serve_options=None if plan.user_code is None else {"user_code": plan.user_code},
     )
 
 
-async def _drive(plan: _Plan, options: Any, hooks: RuntimeHooks, slot: _DriverSlot) -> None:
+async def _drive(
+    plan: _Plan,
+    options: Any,
+    hooks: RuntimeHooks,
+    slot: _DriverSlot,
+    announced: Callable[[], object] | None = None,
+) -> None:
     from .._facade import run_local, run_remote
 
     try:
         model, label = plan.model, plan.model_label
         addresses = _addresses(options.env_address)
         if plan.baseline is not None:
-            model, label = await _baseline(plan, addresses[0])
+            model, label = await _baseline(plan, addresses[0], options.token)
         _announce(plan, label, addresses)
+        if announced is not None:
+            announced()
         if options.record is not None:
-            # The dataset names the model as the command line did.
+            # The dataset names the model as the command line did, and the env as this
+            # command made it (served here, so the run sees an address).
             name = plan.model_address or plan.model_label
             if plan.baseline is not None:
                 name = _BASELINE_NAMES[type(model)]
-            options = attrs.evolve(options, record=attrs.evolve(options.record, model_name=name))
+            spec = plan.env.spec if isinstance(plan.env, GymnasiumFactory) else None
+            record = attrs.evolve(options.record, model_name=name, env_spec=spec)
+            options = attrs.evolve(options, record=record)
         if plan.model_address is not None:
             slot.report = await run_remote(
                 plan.model_address,
@@ -610,18 +595,17 @@ def _announce(plan: _Plan, model_label: str, addresses: Sequence[str]) -> None:
     """The first line: what is evaluated on what (a fleet: on which servers)."""
     count = plural(plan.episodes, "episode")
     where = ", ".join(addresses)
-    sys.stderr.write(
-        f"trio-rlmesh: evaluating {model_label} on {plan.env_label} ({where}), {count}\n"
-    )
+    env = plan.env_label if plan.env_label == where else f"{plan.env_label} ({where})"
+    sys.stderr.write(f"trio-rlmesh: evaluating {model_label} on {env}, {count}\n")
     sys.stderr.flush()
 
 
-async def _baseline(plan: _Plan, address: str) -> tuple[Any, str]:
+async def _baseline(plan: _Plan, address: str, token: str | None) -> tuple[Any, str]:
     """The policy ``--model random`` or no ``--model`` stands for, from the env's contract."""
     from ..protocol import read_env_contract
     from ..transports.grpc import open_env_client
 
-    async with open_env_client(address, token=plan.env_token) as client:
+    async with open_env_client(address, token=token, backend=plan.grpc_backend) as client:
         info = read_env_contract(client.contract)
     if plan.baseline == "default" and is_cartpole(info):
         return HeuristicCartPole(), "the built-in heuristic CartPole policy (no --model given)"
@@ -630,7 +614,7 @@ async def _baseline(plan: _Plan, address: str) -> tuple[Any, str]:
         why = f"no --model given and {info.env_id or 'the env'} is not CartPole; {why}"
     if plan.seed is not None:
         why += f", seed {plan.seed}"
-    return RandomPolicy(info, plan.seed), f"a random policy ({why})"
+    return RandomPolicy(plan.seed), f"a random policy ({why})"
 
 
 _BASELINE_NAMES: dict[type, str] = {
@@ -665,7 +649,7 @@ async def _explain_connect_failure(error: TransportError, plan: _Plan) -> Error:
     if error.code is None:
         return error  # no gRPC answer at all: nothing else to learn from the server
     other = _OTHER[side]
-    if not await _serves(other, address, token):
+    if not await _serves(other, address, token, plan.grpc_backend):
         return error
     return UsageError(
         f"--{side} {address} is {'an' if other == 'env' else 'a'} {other} server (it answers "
@@ -684,14 +668,16 @@ def _with_message(error: TransportError, message: str) -> TransportError:
     )
 
 
-async def _serves(side: Side, address: str, token: str | None) -> bool:
+async def _serves(
+    side: Side, address: str, token: str | None, backend: Literal["trio", "grpclib"]
+) -> bool:
     """Whether the server at ``address`` completes a ``side`` handshake (or wants a token)."""
     from ..transports.grpc import open_env_client, open_model_client
 
     opener = open_env_client if side == "env" else open_model_client
     with trio.move_on_after(PROBE_TIMEOUT):
         try:
-            async with opener(address, token=token):
+            async with opener(address, token=token, backend=backend):
                 return True
         except Error as exc:
             return exc.code == "UNAUTHENTICATED"
@@ -701,40 +687,45 @@ async def _serves(side: Side, address: str, token: str | None) -> bool:
 def run_command(args: argparse.Namespace) -> int:
     """Entry point of ``trio-rlmesh run``; returns the process exit status."""
     # With the report on stdout, every other line goes to stderr.
-    out = sys.stderr if args.json == STDOUT else sys.stdout
+    console = open_console(sys.stderr if args.json == STDOUT else sys.stdout)
     recording = args.record is not None or args.record_video is not None
     grace = RECORD_CANCEL_GRACE if recording else CANCEL_GRACE
     interrupts = Interrupts(grace=grace, exit_code=lambda _signum: EXIT_CANCELLED)
     with interrupts.installed():
         # Until the run starts there is nothing to report but the interruption itself.
         interrupts.last_words(
-            lambda: _write_results(args, out, _Progress(0).report(_interrupted(interrupts)), None)
+            lambda: _write_results(
+                args, console, RunProgress(0).report(_interrupted(interrupts)), None
+            )
         )
         report: RuntimeReport | None = None
         failure: Failure | None = None
         try:
             plan = _plan(args)
-            report = trio.run(_evaluate, args, plan, out, interrupts)
+            report = trio.run(_evaluate, args, plan, console, interrupts)
         except Exception as exc:  # the one place a failure becomes an exit status
-            failure = describe(exc)
+            failure = describe(exc, API_OPTIONS)
             report = getattr(unwrap(exc), "report", None)
             if isinstance(unwrap(exc), UnwritableReport):
                 args.json = None  # the failed report has nowhere to go either
+        if interrupts.received is not None and report is not None:
+            # The process ends within its grace after a signal: no time for the bootstrap.
+            report = attrs.evolve(report, summary_resamples=0)
         status = _status(report, failure)
         with interrupts.final_output(status):
-            if not _write_results(args, out, report, failure) and status == EXIT_OK:
+            if not _write_results(args, console, report, failure) and status == EXIT_OK:
                 status = EXIT_FAILED  # the run went well, but its report is not where asked
         return status
 
 
-def _last_words(args: argparse.Namespace, out: TextIO, report: RuntimeReport) -> None:
+def _last_words(args: argparse.Namespace, console: Console, report: RuntimeReport) -> None:
     """What a run that must end at once writes: a recording stops between two writes first
     (its dataset then holds the episodes written so far), then the episodes counted."""
     if args.record is not None or args.record_video is not None:
         from ..record._internal import freeze_writers
 
         freeze_writers(FREEZE_TIMEOUT)
-    _write_results(args, out, report, None)
+    _write_results(args, console, report, None)
 
 
 def _interrupted(interrupts: Interrupts) -> str:
@@ -750,36 +741,59 @@ def _status(report: RuntimeReport | None, failure: Failure | None) -> int:
 
 
 def _write_results(
-    args: argparse.Namespace, out: TextIO, report: RuntimeReport | None, failure: Failure | None
+    args: argparse.Namespace,
+    console: Console,
+    report: RuntimeReport | None,
+    failure: Failure | None,
 ) -> bool:
-    """Print the results (the episodes finished, however the run ended) and write the report;
-    False when the report could not be written (said on stderr)."""
+    """Print the results (the episodes finished, however the run ended), write the report,
+    say where it and the recording went, then the error; False when the report could not be
+    written (said on stderr)."""
     if report is not None and (report.episodes or failure is None):
-        out.write(format_episodes(report) + "\n")
+        console.print(episodes_table(report))
         shown = report if failure is None else attrs.evolve(report, reason=None)
-        out.write(format_summary(shown) + "\n")
+        console.print(format_summary(shown))
         if report.endpoints:
-            out.write(format_endpoints(report) + "\n")
+            console.print(format_endpoints(report))
         if args.telemetry and report.telemetry:
             from ..runtime._internal import format_telemetry
 
-            out.write(format_telemetry(report.telemetry) + "\n")
+            console.print(format_telemetry(report.telemetry))
             for part in report.endpoints:  # a fleet: the total above, then each endpoint's
                 if part.telemetry:
-                    out.write(f"\n{part.endpoint}:\n{format_telemetry(part.telemetry)}\n")
-        out.flush()
+                    console.print(f"\n{part.endpoint}:\n{format_telemetry(part.telemetry)}")
     if failure is not None:
-        sys.stderr.write(f"trio-rlmesh run: {failure.message}\n")
         data = report.to_json_dict() if report is not None else empty_report_dict("")
         data["status"], data["reason"] = "failed", failure.reason
     else:
         assert report is not None
         data = report.to_json_dict()
+    written = True
     try:
         write_json(args.json, data)
     except OSError as exc:
         sys.stderr.write(
             f"trio-rlmesh run: could not write the report to {args.json}: {file_reason(exc)}\n"
         )
-        return False
-    return True
+        written = False
+    for line in _written(args, report, written):
+        console.print(line)
+    console.file.flush()
+    if failure is not None:
+        sys.stderr.write(f"trio-rlmesh run: {failure.message}\n")
+    return written
+
+
+def _written(
+    args: argparse.Namespace, report: RuntimeReport | None, report_written: bool
+) -> list[str]:
+    """One line for each file the run wrote: the report, the dataset, the videos."""
+    lines = []
+    if args.json is not None and args.json != STDOUT and report_written:
+        lines.append(f"report written to {args.json}")
+    episodes = plural(len(report.episodes) if report is not None else 0, "episode")
+    if args.record is not None and args.record.is_dir():
+        lines.append(f"dataset written to {args.record} ({episodes})")
+    if args.record_video is not None and args.record_video.is_dir():
+        lines.append(f"videos written to {args.record_video} ({episodes}, one MP4 each)")
+    return lines

@@ -17,10 +17,11 @@ from typing import Any
 import trio
 
 from ..runtime._internal import SERVING_USER_CODE_MODES, busy_worker_threads
-from ..transports.grpc import BACKENDS, ServerLimits
+from ..transports.grpc import ServerLimits
 from ._exit import EXIT_CANCELLED, EXIT_OK, Interrupts, UsageError, describe
 from ._targets import (
     add_env_kwargs_options,
+    add_grpc_backend_option,
     check_bind_address,
     env_kwargs,
     load_env_target,
@@ -66,7 +67,11 @@ def add_serve_parsers(commands: Any) -> None:
     add_env_kwargs_options(serve_env)
     serve_env.set_defaults(handler=serve_env_command)
     serve_model = commands.add_parser("serve-model", help="serve a model")
-    serve_model.add_argument("model", metavar="MODEL", help="module:attr (class or instance)")
+    serve_model.add_argument(
+        "model",
+        metavar="MODEL",
+        help="module:attr (class or instance), or 'random' (samples each env's action space)",
+    )
     serve_model.set_defaults(handler=serve_model_command)
     for sub in (serve_env, serve_model):
         sub.add_argument("--bind", default="127.0.0.1:0", help="bind address")
@@ -92,12 +97,7 @@ def add_serve_parsers(commands: Any) -> None:
             "thread: always on the worker thread (a stuck call can be abandoned); inline: "
             "always on the event loop",
         )
-        sub.add_argument(
-            "--grpc-backend",
-            choices=BACKENDS,
-            default="trio",
-            help="gRPC over h2 on trio (default), or grpclib on an asyncio helper thread",
-        )
+        add_grpc_backend_option(sub)
         sub.add_argument(
             "--max-connections",
             type=int,

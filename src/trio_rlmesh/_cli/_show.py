@@ -25,7 +25,10 @@ def add_show_parser(commands: Any) -> None:
     )
     p.add_argument("dataset", metavar="DATASET_DIR", type=Path, help="the dataset's directory")
     p.add_argument(
-        "--plot", type=Path, metavar="PATH", help="save a return-per-episode plot to PATH (.png)"
+        "--plot",
+        type=Path,
+        metavar="PATH",
+        help="save a return-per-episode plot to PATH (.png, .svg, .pdf...)",
     )
     p.set_defaults(handler=show_command)
 
@@ -33,9 +36,12 @@ def add_show_parser(commands: Any) -> None:
 def show_command(args: argparse.Namespace) -> int:
     """Entry point of ``trio-rlmesh show``; returns the process exit status."""
     from ..record import plot_returns, summarize
+    from ..record._internal import check_plot_path
 
     try:
-        check_writable(args.plot, "--plot")
+        if args.plot is not None:  # checked before anything is printed
+            check_plot_path(args.plot)
+            check_writable(args.plot, "--plot")
         summary = summarize(args.dataset)
         print(summary.format())
         if args.plot is not None:

@@ -7,20 +7,24 @@ and what to do instead.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
 
 from .._errors import EnvError
+from .._facade import looks_like_gymnasium_id
 from ._exit import UsageError
+from ._policies import BUILTIN_MODELS
 
 __all__ = [
+    "GymnasiumFactory",
     "add_env_kwargs_options",
+    "add_grpc_backend_option",
     "check_address",
     "check_bind_address",
     "env_kwargs",
@@ -31,7 +35,6 @@ __all__ = [
 ]
 
 _CORNERS = ("predict", "predict_batch", "predict_chunk", "predict_chunk_batch")
-_GYM_ID = re.compile(r"^(?:[\w.-]+/)?[\w.:-]+-v\d+$")
 _INSTALL_GYMNASIUM = "pip install 'trio-rlmesh[gymnasium]'"
 
 
@@ -86,6 +89,18 @@ def add_env_kwargs_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         help="one keyword argument for the env (repeatable; VALUE is JSON, else a string)",
+    )
+
+
+def add_grpc_backend_option(parser: argparse.ArgumentParser) -> None:
+    """``--grpc-backend``, shared by the servers and ``run`` (which speaks it as a client)."""
+    from ..transports.grpc import BACKENDS
+
+    parser.add_argument(
+        "--grpc-backend",
+        choices=BACKENDS,
+        default="trio",
+        help="gRPC over h2 on trio (default), or grpclib on an asyncio helper thread",
     )
 
 
@@ -202,20 +217,42 @@ def _import_gymnasium(target: str) -> Any:
     return gymnasium
 
 
-def _gymnasium_factory(target: str, env_id: str, kwargs: Mapping[str, Any]) -> Callable[[], Any]:
-    gymnasium = _import_gymnasium(target)
-    try:
-        gymnasium.spec(env_id)
-    except gymnasium.error.Error as exc:
-        raise UsageError(f"unknown Gymnasium env {env_id!r}: {exc}") from None
+class GymnasiumFactory:
+    """What ``gymnasium:<id>`` loads to: each call makes the env, and the Gymnasium
+    ``EnvSpec`` of the last env made is kept (a recording names it, so that the dataset
+    can make the env again)."""
 
-    def make() -> Any:
+    def __init__(self, target: str, env_id: str, kwargs: Mapping[str, Any]) -> None:
+        gymnasium = _import_gymnasium(target)
         try:
-            return gymnasium.make(env_id, **kwargs)
-        except Exception as exc:
-            raise _creation_error(target, exc, kwargs) from exc
+            gymnasium.spec(env_id)
+        except gymnasium.error.Error as exc:
+            raise UsageError(f"unknown Gymnasium env {env_id!r}: {exc}") from None
+        self.target = target
+        self.env_id = env_id
+        self.kwargs = dict(kwargs)
+        self.spec: Any = None
+        """The ``EnvSpec`` of the last env made (``None`` before the first)."""
 
-    return make
+    def __call__(self) -> Any:
+        import gymnasium
+
+        if self.kwargs.get("render_mode") == "rgb_array":
+            _headless()
+        try:
+            env = gymnasium.make(self.env_id, **self.kwargs)
+        except Exception as exc:
+            raise _creation_error(self.target, exc, self.kwargs) from exc
+        self.spec = getattr(env, "spec", None)
+        return env
+
+
+def _headless() -> None:
+    """``rgb_array`` frames need no window and no sound: keep SDL (which draws Gymnasium's
+    classic-control frames, through pygame) from looking for a display or an audio device,
+    which on a machine without them only prints errors. A value the user set stays."""
+    for variable in ("SDL_VIDEODRIVER", "SDL_AUDIODRIVER"):
+        os.environ.setdefault(variable, "dummy")
 
 
 def _missing_dependency(exc: BaseException) -> bool:
@@ -274,8 +311,8 @@ def load_env_target(
     )
     module_name, sep, rest = target.partition(":")
     if module_name == "gymnasium" and rest:
-        return _gymnasium_factory(target, rest, kwargs)
-    if not sep and _GYM_ID.match(target):
+        return GymnasiumFactory(target, rest, kwargs)
+    if not sep and looks_like_gymnasium_id(target):
         raise UsageError(f"ENV must be {form}, got {target!r}; did you mean gymnasium:{target}?")
     value = load_object(target, "ENV", form)
     if isinstance(value, type) or (callable(value) and not _is_env(value)):
@@ -297,12 +334,24 @@ def load_env_target(
     return value
 
 
-def load_model_target(target: str) -> Any:
-    """Resolve MODEL ``module:attr``: a class is instantiated without arguments.
+def load_model_target(target: str, *, run: bool = False) -> Any:
+    """Resolve MODEL: a built-in model's name (``random``), or ``module:attr``, where a
+    class is instantiated without arguments.
 
     Raises:
         UsageError: ``target`` cannot be loaded, or names something without a predict corner.
     """
+    builtin = BUILTIN_MODELS.get(target)
+    if builtin is not None:
+        return builtin()
+    if ":" not in target:
+        names = ", ".join(repr(name) for name in BUILTIN_MODELS)
+        form = (
+            f"module:attr, a model server address or {names}" if run else f"module:attr or {names}"
+        )
+        close = difflib.get_close_matches(target, BUILTIN_MODELS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UsageError(f"MODEL must be {form}, got {target!r}{hint}")
     model = load_object(target, "MODEL")
     if isinstance(model, type):
         try:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from ._exit import UsageError
+from ._output import read_text_file
 
 __all__ = [
     "ENV_TOKEN_VARIABLE",
@@ -73,11 +74,13 @@ def _checked(token: str, source: str) -> str:
 
 
 def _read(path: Path, option: str) -> str:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read {option} {path}: {exc.strerror or exc}") from None
-    return _checked(text.strip(), f"{option} {path}")
+    text = read_text_file(path, option)
+    if not text.strip():
+        raise UsageError(
+            f"{option} {path} is empty; write the token into it, or drop {option} to go "
+            "without authentication"
+        )
+    return text.strip()
 
 
 def resolve_token(

@@ -11,10 +11,14 @@ which wakes the serving task directly (no task is spawned per call, unlike
 ``trio.from_thread.run``); the task awaits the job and releases a ``threading.Lock`` the
 caller is blocked on. Calls from several threads are serialised by a lock.
 
-If the caller is interrupted while it waits (Ctrl-C raises ``KeyboardInterrupt`` in the main
-thread), the job's cancel scope is cancelled on the trio thread and the caller waits, at most
-``CANCEL_WAIT`` seconds, for the job to end before the interrupt goes on. The resource stays
-usable: a cancelled env call's late reply is dropped by the env client.
+If the caller is interrupted during a call (Ctrl-C raises ``KeyboardInterrupt`` in the main
+thread, at whichever bytecode it is), the job's cancel scope is cancelled on the trio thread and
+the caller waits, at most ``CANCEL_WAIT`` seconds, for the job to end before the interrupt goes
+on. The cancel travels by ``run_sync_soon`` too, so it runs after the job's own hand-off if
+that was queued at all: an interrupt that lands between the hand-off and the wait (a caller
+preempted there on a loaded machine) cancels the job like one that lands in the wait, and one
+that lands before the hand-off releases the caller at once. The resource stays usable: a
+cancelled env call's late reply is dropped by the env client.
 
 When the trio run ends for any reason, every job still waiting is released with a
 :class:`~trio_rlmesh.TransportError`, so no caller can block forever. A forked child has a
@@ -65,7 +69,7 @@ def _wait(lock: threading.Lock, timeout: float | None = None) -> bool:
 
 
 class _Job:
-    __slots__ = ("afn", "args", "error", "kwargs", "lock", "scope", "value")
+    __slots__ = ("afn", "args", "delivered", "error", "kwargs", "lock", "scope", "value")
 
     def __init__(
         self, afn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -76,6 +80,8 @@ class _Job:
         self.value: Any = None
         self.error: BaseException | None = None
         self.scope = trio.CancelScope()
+        self.delivered = False
+        """Set on the trio thread when the job reached it (it then releases :attr:`lock`)."""
         self.lock = threading.Lock()
         self.lock.acquire()
 
@@ -190,6 +196,8 @@ class TrioThread(Generic[T]):
 
     def _deliver(self, job: object) -> None:
         """On the trio thread: queue ``job`` and wake the serving task if it is parked."""
+        if isinstance(job, _Job):
+            job.delivered = True
         if self._finished:
             if isinstance(job, _Job):
                 job.fail(TransportError("the remote env's trio thread has ended"))
@@ -224,15 +232,14 @@ class TrioThread(Generic[T]):
                     "from it) and its connection stayed there; create it in this process"
                 )
             job = _Job(afn, args, kwargs)
-            submitted = False
             try:
-                submitted = self._submit(job)
-                if not submitted:
+                if not self._submit(job):
                     raise TransportError("the remote env is closed")
                 _wait(job.lock)
             except BaseException:
-                if submitted:
-                    self._cancel(job)
+                # Whether the hand-off was queued or not (the interrupt may have come at
+                # any bytecode): _cancel finds out on the trio thread.
+                self._cancel(job)
                 raise
             error = job.error
             if error is not None:
@@ -249,10 +256,19 @@ class TrioThread(Generic[T]):
         if token is None:
             return
         try:
-            token.run_sync_soon(job.scope.cancel)
+            token.run_sync_soon(self._abandon, job)
         except trio.RunFinishedError:
             return
         _wait(job.lock, CANCEL_WAIT)
+
+    @staticmethod
+    def _abandon(job: _Job) -> None:
+        """On the trio thread, after the job's own hand-off if that was queued (callbacks run
+        in order): cancel a delivered job; release the caller of one that never came."""
+        if job.delivered:
+            job.scope.cancel()
+        else:
+            job.lock.release()
 
     def close(self) -> None:
         """Leave the resource's context and end the thread; idempotent, never raises.

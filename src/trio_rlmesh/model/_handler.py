@@ -20,6 +20,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -168,8 +169,22 @@ def env_label(env_id: str, env_name: str = "") -> str:
     ("env 'CartPole-v1' (route 01a2)", "env '01a2'")
     """
     if env_name and env_name != env_id:
-        return f"env {env_name!r} (route {env_id})"
+        return f"env {env_name!r}{_ROUTE.format(env_id)}"
     return f"env {env_id!r}"
+
+
+_ROUTE = " (route {})"
+_ROUTE_NOTES = re.compile(re.escape(_ROUTE).replace(r"\{\}", r"[^\s()]+"))
+
+
+def without_route_ids(text: str) -> str:
+    """``text`` without the route ids :func:`env_label` adds beside env names (for a reader
+    who never sees routes: the command line's one-line errors).
+
+    >>> without_route_ids("model 'm' failed on " + env_label("01a2", "CartPole-v1") + " lane 0")
+    "model 'm' failed on env 'CartPole-v1' lane 0"
+    """
+    return _ROUTE_NOTES.sub("", text)
 
 
 @attrs.frozen

@@ -7,7 +7,7 @@ private module of the model package (``tests/test_layering.py`` checks that).
 
 from __future__ import annotations
 
-from ._handler import env_label
+from ._handler import env_label, without_route_ids
 from ._wire import (
     encode_frames,
     model_error_to_wire,
@@ -25,4 +25,5 @@ __all__ = [
     "resolve_route",
     "route_request",
     "wire_error_to_model",
+    "without_route_ids",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ._options import as_record_options, check_available
 from ._recording import for_run
+from ._show import check_plot_path
 from ._writer import freeze_writers
 
-__all__ = ["as_record_options", "check_available", "for_run", "freeze_writers"]
+__all__ = ["as_record_options", "check_available", "check_plot_path", "for_run", "freeze_writers"]

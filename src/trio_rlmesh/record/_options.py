@@ -46,6 +46,29 @@ def _format(value: str) -> DataFormat:
     raise SpecError(f"record data_format must be 'hdf5' or 'arrow', got {value!r}")
 
 
+def _env_spec(value: Any) -> Any:
+    """A Gymnasium ``EnvSpec`` as it is, a registered id as its spec."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        if not callable(getattr(value, "to_json", None)):
+            raise SpecError(
+                f"record env_spec must be a Gymnasium EnvSpec or a registered id, got "
+                f"{type(value).__name__}"
+            )
+        return value
+    try:
+        import gymnasium
+    except ImportError:
+        raise SpecError(f"record env_spec {value!r} needs Gymnasium: {EXTRA}") from None
+    try:
+        return gymnasium.spec(value)
+    except gymnasium.error.Error as exc:
+        raise SpecError(
+            f"record env_spec {value!r} is no registered Gymnasium env: {exc}"
+        ) from None
+
+
 def _pending(value: int) -> int:
     if int(value) < 1:
         raise SpecError(f"record max_pending_episodes must be at least 1, got {value}")
@@ -79,6 +102,16 @@ class RecordOptions:
     the run waits for room (back-pressure), so memory stays bounded."""
     fps: int | None = None
     """Video frame rate (default: the env's ``render_fps`` metadata, else 30)."""
+    env_spec: Any = attrs.field(default=None, converter=_env_spec)
+    """The Gymnasium env the dataset says it was recorded on (Minari's ``env_spec``), so
+    that ``dataset.recover_environment()`` makes it again: an ``EnvSpec`` or a registered
+    id. By default, the env's own ``spec`` when the run hosts an env made by
+    ``gymnasium.make`` (and, on the command line, the ``gymnasium:<id>`` env it makes);
+    none for an env server, whose env this process cannot know. A run's
+    ``max_episode_steps`` below the spec's becomes the spec's."""
+    eval_env_spec: Any = attrs.field(default=None, converter=_env_spec)
+    """Minari's ``eval_env_spec`` (``recover_environment(eval_env=True)``); default: the
+    :attr:`env_spec`."""
 
     def __attrs_post_init__(self) -> None:
         if self.dataset is None and self.video is None:

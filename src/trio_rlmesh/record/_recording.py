@@ -14,6 +14,7 @@ never half an episode. A writer failure cancels the run and comes out of
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -157,7 +158,8 @@ async def open_recording(
     entries to the dataset's metadata (under ``trio_rlmesh.``; ``model`` also becomes
     Minari's ``algorithm_name``). The dataset's name, Minari and the backend are checked
     here, before anything runs. On exit the writer finishes every episode the runs
-    counted, even when the block was cancelled or failed.
+    counted, even when the block was cancelled or failed; a recording that wrote no
+    episode removes the directories it made.
 
     Raises:
         SpecError: the directory is not a new ``name-v<N>`` dataset, or a package is
@@ -195,6 +197,11 @@ async def open_recording(
         if raised is not None and len(group.exceptions) == 1 and group.exceptions[0] is raised:
             raise raised from raised.__cause__
         raise
+    finally:
+        # The writer has ended. Nothing written (the run failed at its first render, or
+        # was cancelled before an episode counted): leave no empty dataset behind.
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(writer.discard)
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -213,10 +220,14 @@ def for_run(
     base_seed: int | None,
     episode_seeds: Sequence[int],
     session_id: str,
+    env_spec: Any = None,
+    max_episode_steps: int | None = None,
 ) -> AbstractAsyncContextManager[RecordingHooks]:
     """The recording one ``run_local``/``run_remote`` call drives in: its metadata names the
-    model and the seeds. Videos are refused here, before the run starts, for an env that
-    does not render ``rgb_array`` frames."""
+    model and the seeds; its Minari ``env_spec`` is ``record.env_spec``, else ``env_spec``
+    (the hosted env's own), with the run's ``max_episode_steps`` when that cuts episodes
+    shorter. Videos are refused here, before the run starts, for an env that does not
+    render ``rgb_array`` frames."""
     if record.video is not None:
         info = read_env_contract(contract)
         if info.render_mode != "rgb_array":
@@ -226,6 +237,14 @@ def for_run(
                 "render_mode='rgb_array' (trio-rlmesh run: --env-kwargs "
                 '\'{"render_mode": "rgb_array"}\')'
             )
+    spec = record.env_spec if record.env_spec is not None else env_spec
+    # Gymnasium's EnvSpec is a dataclass: the run's cap goes into a copy of it.
+    is_spec = dataclasses.is_dataclass(spec) and not isinstance(spec, type)
+    if is_spec and max_episode_steps is not None:
+        limit = getattr(spec, "max_episode_steps", None)
+        if limit is None or max_episode_steps < limit:
+            spec = dataclasses.replace(spec, max_episode_steps=max_episode_steps)
+    record = attrs.evolve(record, env_spec=spec)
     metadata = {
         "model": model,
         "base_seed": base_seed,

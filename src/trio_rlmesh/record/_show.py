@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import statistics
@@ -11,9 +12,12 @@ from typing import Any
 import attrs
 
 from .._errors import SpecError
+from ..runtime import RunSummary
+from ..runtime._internal import summarize as summarize_returns
+from ._bands import draw_intervals
 from ._options import EXTRA, require_minari
 
-__all__ = ["DatasetSummary", "plot_returns", "summarize"]
+__all__ = ["DatasetSummary", "check_plot_path", "plot_returns", "summarize"]
 
 
 def _data_path(path: Path) -> Path:
@@ -49,6 +53,11 @@ class DatasetSummary:
     def steps(self) -> int:
         return sum(self.lengths)
 
+    @functools.cached_property
+    def intervals(self) -> RunSummary:
+        """The returns' interval estimates, as a run's report has them (no timing)."""
+        return summarize_returns(self.returns, steps=self.lengths)
+
     def format(self) -> str:
         """The summary as a few lines of text.
 
@@ -60,6 +69,7 @@ class DatasetSummary:
         episodes  2 (1 terminated, 1 truncated)
         steps     4 (mean length 2.0)
         return    mean 2.000  std 1.414  min 1.000  max 3.000
+        intervals mean 2.000 [1.000, 3.000] · IQM 2.000 [1.000, 3.000] (n=2)
         """
         lines = [
             f"dataset   {self.dataset_id} ({self.path})",
@@ -76,6 +86,7 @@ class DatasetSummary:
             f"steps     {self.steps} (mean length {mean_length:.1f})",
             f"return    mean {statistics.fmean(self.returns):.3f}  std {spread:.3f}  "
             f"min {min(self.returns):.3f}  max {max(self.returns):.3f}",
+            f"intervals {self.intervals.format_line()}",
         ]
         return "\n".join(lines)
 
@@ -114,30 +125,92 @@ def summarize(path: str | os.PathLike[str]) -> DatasetSummary:
     )
 
 
-def plot_returns(summary: DatasetSummary, out: str | os.PathLike[str]) -> Path:
-    """Save a plot of the return per episode (with the mean) to ``out`` (PNG, SVG, PDF...).
-
-    Needs matplotlib (in the ``record`` extra). Returns the path written.
-    """
+def _figure_class() -> Any:
     try:
         from matplotlib.figure import Figure
-        from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise SpecError(f"plotting returns needs matplotlib: {EXTRA}") from None
+    return Figure
+
+
+def check_plot_path(out: str | os.PathLike[str]) -> Path:
+    """``out`` as a path, once matplotlib is known to write its kind of file (by the
+    extension; none means PNG).
+
+    Raises:
+        SpecError: matplotlib is missing, or does not write files with that extension.
+    """
     target = Path(os.fspath(out))
-    figure = Figure(figsize=(7.0, 3.6), layout="constrained")
+    kinds = _figure_class()().canvas.get_supported_filetypes()
+    kind = target.suffix.lower().removeprefix(".")
+    if kind and kind not in kinds:
+        raise SpecError(
+            f"cannot plot to {target}: matplotlib writes {', '.join(sorted(kinds))} files, "
+            f"not {kind!r}; name the file by its kind, e.g. returns.png"
+        )
+    return target
+
+
+RETURNS_WINDOW = 10
+"""Episodes the spread band of :func:`plot_returns` is taken over (fewer at the start)."""
+
+
+def plot_returns(summary: DatasetSummary, out: str | os.PathLike[str]) -> Path:
+    """Save a plot of the return per episode to ``out`` (PNG, SVG, PDF... by the extension).
+
+    The plot shows each episode's return; the intervals :meth:`DatasetSummary.format`
+    prints: the mean with a band for its confidence interval, the IQM with a band for its;
+    and the spread as a band: the mean ± standard deviation of the returns over the last
+    :data:`RETURNS_WINDOW` episodes. The legend sits beside the axes, never over the data.
+    Needs matplotlib (in the ``record`` extra); the intervals, the ``analysis`` extra.
+    Returns the path written.
+
+    Raises:
+        SpecError: matplotlib is missing, or does not write ``out``'s kind of file.
+    """
+    target = check_plot_path(out)
+    figure = _returns_figure(summary)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(target)
+    return target
+
+
+def _returns_figure(summary: DatasetSummary) -> Any:
+    """The figure :func:`plot_returns` saves: every series it shows is drawn here."""
+    from matplotlib.ticker import MaxNLocator
+
+    figure = _figure_class()(figsize=(8.0, 3.6), layout="constrained")
     axes = figure.add_subplot()
-    episodes = range(summary.episodes)
-    axes.plot(episodes, summary.returns, marker="o", markersize=3, linewidth=1, label="return")
-    if summary.episodes:
-        mean = statistics.fmean(summary.returns)
-        axes.axhline(mean, color="tab:red", linestyle="--", linewidth=1, label=f"mean {mean:.2f}")
+    returns = list(summary.returns)
+    episodes = range(len(returns))
+    if len(returns) > 1:
+        low, high = _rolling_spread(returns, RETURNS_WINDOW)
+        axes.fill_between(
+            episodes, low, high, color="tab:blue", alpha=0.15, linewidth=0,
+            label=f"mean ± std, last {min(RETURNS_WINDOW, len(returns))}",
+        )  # fmt: skip
+    axes.plot(episodes, returns, marker="o", markersize=3, linewidth=1, label="return")
+    draw_intervals(axes, summary.intervals)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("episode")
     axes.set_ylabel("return")
     axes.set_title(f"{summary.dataset_id}: {summary.env_id or 'env'}, {summary.model or 'model'}")
     axes.grid(True, alpha=0.3)
-    axes.legend(loc="best")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(target)
-    return target
+    # Beside the axes, not over them: the constrained layout makes the room.
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return figure
+
+
+def _rolling_spread(values: list[float], window: int) -> tuple[list[float], list[float]]:
+    """Mean - std and mean + std of the last ``window`` values at each position.
+
+    >>> _rolling_spread([1.0, 3.0, 5.0], 2)
+    ([1.0, 1.0, 3.0], [1.0, 3.0, 5.0])
+    """
+    low, high = [], []
+    for end in range(1, len(values) + 1):
+        recent = values[max(0, end - window) : end]
+        mean, spread = statistics.fmean(recent), statistics.pstdev(recent)
+        low.append(mean - spread)
+        high.append(mean + spread)
+    return low, high

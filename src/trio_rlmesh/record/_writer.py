@@ -9,18 +9,24 @@ middle of a write: what is on disk is then the episodes of the batches written s
 Minari writes an episode's arrays first and the dataset's ``metadata.json`` (with its
 episode count) after, and readers read only the episodes the metadata counts. A video is
 written to a ``NAME.part.mp4`` file and renamed when complete.
+
+A recording that ends before any episode was written (it failed at the first render, or
+was cancelled before an episode counted) has nothing worth keeping: :meth:`DatasetWriter.discard`
+removes the directories and files it made, so the same command can run again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 
 from .._errors import RecordingError
@@ -76,6 +82,9 @@ class DatasetWriter:
         self.written = 0
         """Episodes written (the dataset's count, and the next video's number)."""
         self.sessions: list[dict[str, str]] = []
+        self.kept = False
+        """Whether anything worth keeping was written (an episode, or a video)."""
+        self._made: list[_Made] = []
         _WRITERS.add(self)
 
     @property
@@ -118,28 +127,37 @@ class DatasetWriter:
     def _create(self, env_name: str) -> None:
         video = self.options.video
         if video is not None:
-            video.mkdir(parents=True, exist_ok=True)
+            self._made.append(_Made.mkdir(video))
         path = self.data_path
         if path is None:
             return
         from minari import __version__ as minari_version
         from minari.dataset.minari_storage import MinariStorage
 
-        path.mkdir(parents=True, exist_ok=True)
+        self._made.append(_Made.mkdir(path))
+        eval_spec = self.options.eval_env_spec
+        env_spec = _spec_json(self.options.env_spec)
+        eval_env_spec = env_spec if eval_spec is None else _spec_json(eval_spec)
         try:
             self.storage = MinariStorage.new(
                 path,
                 observation_space=self.gym_spaces[0],
                 action_space=self.gym_spaces[1],
+                # Minari writes the spec it is given (as JSON); given only one that
+                # Gymnasium can write, it never warns that the env cannot be recovered.
+                env_spec=self.options.env_spec if env_spec is not None else None,
                 data_format=self.options.data_format,
                 jpeg_encoding=False,  # lossless: the dataset holds what the env sent
             )
         except (ValueError, TypeError, NotImplementedError) as exc:
             raise RecordingError(f"recording dataset {path}: Minari refused it: {exc}") from exc
+        if eval_env_spec is not None:
+            self.storage.update_metadata({"eval_env_spec": eval_env_spec})
         empty = getattr(self.storage, "_file_path", None)
         if self.options.data_format == "hdf5" and empty is not None:
             # Minari creates an empty (0-byte) file, which no reader opens: make it an HDF5
-            # file with no episodes, so a run that counts none still leaves a dataset.
+            # file with no episodes, so the dataset opens from the start (a reader during
+            # the run, before its first episode is written).
             import h5py
 
             h5py.File(empty, "w", track_order=True).close()
@@ -199,6 +217,7 @@ class DatasetWriter:
                 ],
                 [first + offset for offset in range(len(episodes))],
             )
+            self.kept = True
         except Exception as exc:
             raise RecordingError(
                 f"recording dataset {self.data_path}: writing episodes {first}.."
@@ -228,10 +247,73 @@ class DatasetWriter:
                 ffmpeg_log_level="error",
             )
             os.replace(part, target)
+            self.kept = True
         except Exception as exc:
             with contextlib.suppress(OSError):
                 part.unlink()
             raise RecordingError(f"recording video {target}: {type(exc).__name__}: {exc}") from exc
+
+    # ------------------------------------------------------------------ the end
+
+    def discard(self) -> bool:
+        """Remove what this writer made, if it wrote nothing worth keeping; returns whether
+        it did. A writer frozen for a process about to end is left as it is."""
+        if self.kept or not self.lock.acquire(blocking=False):
+            return False
+        try:
+            for made in reversed(self._made):
+                made.undo()
+            self._made.clear()
+            return True
+        finally:
+            self.lock.release()
+
+
+@attrs.frozen
+class _Made:
+    """A directory a writer needed, and how to leave the disk as it was found: remove the
+    topmost directory it created, or the entries it added to one that was there."""
+
+    path: Path
+    created: bool
+    before: frozenset[str] = frozenset()
+
+    @classmethod
+    def mkdir(cls, path: Path) -> _Made:
+        """``mkdir -p path``, remembering what it made."""
+        missing = None
+        for candidate in (path, *path.parents):
+            if candidate.exists():
+                break
+            missing = candidate
+        if missing is None:
+            return cls(path, created=False, before=frozenset(os.listdir(path)))
+        path.mkdir(parents=True, exist_ok=True)
+        return cls(missing, created=True)
+
+    def undo(self) -> None:
+        if self.created:
+            shutil.rmtree(self.path, ignore_errors=True)
+            return
+        with contextlib.suppress(OSError):
+            for name in set(os.listdir(self.path)) - self.before:
+                entry = self.path / name
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+
+
+def _spec_json(spec: Any) -> str | None:
+    """A Gymnasium ``EnvSpec`` as Minari stores it, or ``None`` (no spec, or one Gymnasium
+    cannot write: a callable among its kwargs)."""
+    if spec is None:
+        return None
+    try:
+        text: str = spec.to_json()
+    except (TypeError, ValueError):
+        return None
+    return text
 
 
 def _even(frame: Any) -> Any:

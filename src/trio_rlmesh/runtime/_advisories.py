@@ -37,7 +37,9 @@ class FailureLog:
         """Count one failure of ``key`` (``reset_adapter``, ``release_adapter``, ``env_close``)."""
         self.counts[key] = self.counts.get(key, 0) + 1
         self.first.setdefault(key, message)
-        logger.warning("%s failed (the run goes on): %s", key, message)
+        # reset_adapter runs beside the run; the other two only once it is over.
+        when = "the run goes on" if key == "reset_adapter" else "as the run ended"
+        logger.warning("%s failed (%s): %s", key, when, message)
 
 
 def advisories(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import attrs
 import trio
 
-from .._errors import Error
+from .._errors import Error, TransportError
 from .._errors import SpecError as SpecError
 from ..protocol import env_v1, model_v1, python_to_meta, spaces_v1
 from ..protocol._internal import RESET_OPTION_TRIAL_INDEX
@@ -46,7 +46,7 @@ from ._hooks import HooksArg
 from ._ids import format_request_id
 from ._interfaces import ModelPrediction, RuntimeEnv, RuntimeModel
 from ._plans import ActionPlan
-from ._report import CANCELLED_BY_CALLER, RunStatus, RuntimeReport, run_ending
+from ._report import CANCELLED_BY_CALLER, RunSetup, RunStatus, RuntimeReport, run_ending
 from ._spec import RuntimeSessionSpec, timeout_ms
 from ._telemetry import OpSinks, TelemetryRecorder
 
@@ -249,7 +249,7 @@ class RuntimeDriver:
             else:
                 snapshot = self._make_report(status, reason)
                 await events.session_telemetry(snapshot.telemetry)
-                await self._shutdown(reason)
+                await self._shutdown(reason, failure)
                 await events.session_failed(
                     reason, failure, self._total_steps, snapshot.total_episodes
                 )
@@ -558,14 +558,17 @@ class RuntimeDriver:
         with scope:
             await self._events.tick(self._telemetry, window)
 
-    async def _shutdown(self, reason: str) -> None:
+    async def _shutdown(self, reason: str, failure: Error | None = None) -> None:
+        """Release the model's route and close the env, bounded; not over a connection
+        whose loss failed the run (the call could only fail too)."""
         bound = self._spec.limits.service_close_timeout
         request = model_v1.ReleaseAdapterRequest(
             context=self._context("release_adapter"), reason=reason
         )
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(release_model, self._model, request, bound, self._failures)
-            if self._spec.close_env_on_end:
+            if not _connection_lost(failure, "model"):
+                nursery.start_soon(release_model, self._model, request, bound, self._failures)
+            if self._spec.close_env_on_end and not _connection_lost(failure, "env"):
                 nursery.start_soon(close_env, self._env, bound, self._failures)
 
     def _make_report(self, status: RunStatus, reason: str | None) -> RuntimeReport:
@@ -580,6 +583,7 @@ class RuntimeDriver:
             telemetry=tuple(self._telemetry.snapshot("session")),
             advisories=self._advisories(),
             hook_errors=self._events.errors,
+            setup=RunSetup.from_spec(spec),
         )
 
     def _advisories(self) -> tuple[str, ...]:
@@ -591,3 +595,13 @@ class RuntimeDriver:
         self._rounds += 1
         if not self._rounds % _FOLD_ROUNDS:
             self._telemetry.fold()
+
+
+def _connection_lost(failure: Error | None, side: str) -> bool:
+    """Whether ``failure`` is the loss of the connection to ``side`` (``"env"``,
+    ``"model"``): a transport error of one of its operations that a retry cannot mend."""
+    return (
+        isinstance(failure, TransportError)
+        and not failure.recoverable
+        and (failure.operation or "").startswith(f"{side}.")
+    )

@@ -10,6 +10,13 @@ is a :class:`Fleet`: the batcher and the
 :class:`~trio_rlmesh.runtime._pool.EpisodePool`, which numbers the fleet's episodes,
 seeds them and holds the quota.
 
+Admission: every endpoint connects first, then waits until each of the others has
+connected or failed to. Their contracts are then compared (:func:`fleet_mismatch`), once:
+one model drives them all, so they must serve the same observation and action spaces; a
+fleet that does not is refused with a :class:`~trio_rlmesh.SpecError` before any episode
+starts. Lane counts and autoreset modes may differ: each endpoint's driver keeps its own
+lanes, and the model sees one row per lane either way.
+
 Failures: by default the first endpoint that fails stops the others (each driver is
 cancelled and reports what it finished), and the run fails with that error, carrying the
 merged report. With ``tolerate_endpoint_failures`` an endpoint failure (an error of an
@@ -22,15 +29,16 @@ hook failure still fails the run, and so does losing every endpoint.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TypeAlias, TypeVar
+from typing import Protocol, TypeAlias, TypeVar
 
 import attrs
 import trio
 
-from .._errors import Error, ModelError
-from ..protocol import model_v1
+from .._errors import Error, ModelError, SpecError
+from ..protocol import EnvContractInfo, core_v1, model_v1, read_env_contract
+from ..spaces import Box, Space
 from ._calls import (
     Call,
     FusedPredict,
@@ -53,6 +61,7 @@ __all__ = [
     "Fleet",
     "FleetBatcher",
     "FleetRun",
+    "fleet_mismatch",
     "is_endpoint_failure",
     "merge_reports",
 ]
@@ -66,8 +75,24 @@ FLEET_ROUTE = "fleet"
 _Key: TypeAlias = tuple[RuntimeDriver, ActionPlan[Prefetch]]
 _K = TypeVar("_K", bound=Hashable)
 
-OpenDriver = Callable[[str, "Fleet"], AbstractAsyncContextManager[RuntimeDriver]]
-"""Opens one endpoint and builds its driver (not yet run); closes the endpoint on exit."""
+ADMIT_OPERATION = "fleet.connect"
+"""How the refusal of a fleet whose endpoints differ names its operation."""
+
+
+class Connected(Protocol):
+    """An endpoint once connected (handshake done): what admission reads of it."""
+
+    @property
+    def contract(self) -> core_v1.EnvContract: ...
+
+
+_E = TypeVar("_E", bound=Connected)
+
+OpenEndpoint: TypeAlias = Callable[[str], AbstractAsyncContextManager[_E]]
+"""Connects to one endpoint (handshake included); closes it on exit."""
+Prepare: TypeAlias = Callable[[str, _E, "Fleet"], Awaitable[RuntimeDriver]]
+"""Builds the driver of the endpoint at an address, once connected (route resolved, not
+yet run)."""
 
 
 def is_endpoint_failure(error: Error) -> bool:
@@ -243,6 +268,75 @@ class FleetBatcher(PredictBatcher[_K]):
             self._deadline = None
 
 
+def fleet_mismatch(contracts: Sequence[tuple[str, EnvContractInfo]]) -> str | None:
+    """What differs between a fleet's endpoints that one model cannot drive together
+    (``None``: nothing). ``contracts`` are ``(address, contract)`` in the fleet's order;
+    the first one's spaces are the reference.
+
+    >>> from trio_rlmesh.protocol import read_env_contract
+    >>> from trio_rlmesh.testing import FakeEnv
+    >>> four, three = (read_env_contract(FakeEnv(obs_dim=d).contract) for d in (4, 3))
+    >>> fleet_mismatch([("a:1", four), ("b:2", four)]) is None
+    True
+    >>> print(fleet_mismatch([("a:1", four), ("b:2", three)]))
+    b:2 serves observation space Box(shape=(3,), dtype=FLOAT32), a:1 Box(shape=(4,), dtype=FLOAT32)
+    """
+    if not contracts:
+        return None
+    (first, reference), *others = contracts
+    differences = []
+    for address, info in others:
+        for name in ("observation", "action"):
+            mine, theirs = getattr(info, f"{name}_space"), getattr(reference, f"{name}_space")
+            if mine != theirs:
+                shown = _brief(mine), _brief(theirs)
+                if shown[0] == shown[1]:  # the same kind and shape: the bounds differ
+                    shown = repr(mine), repr(theirs)
+                differences.append(f"{address} serves {name} space {shown[0]}, {first} {shown[1]}")
+    return "; ".join(differences) or None
+
+
+def _brief(space: Space) -> str:
+    if isinstance(space, Box):
+        return f"Box(shape={space.shape}, dtype={space.dtype.name})"
+    return repr(space)
+
+
+class _Admission:
+    """Holds connected endpoints until every endpoint has connected or failed to, then
+    compares the connected ones' contracts, once."""
+
+    def __init__(self, addresses: Sequence[str]) -> None:
+        self._order = list(addresses)
+        self._waiting = set(addresses)
+        self._contracts: dict[str, EnvContractInfo] = {}
+        self._decided = trio.Event()
+        self.refusal: SpecError | None = None
+
+    async def admit(self, address: str, contract: core_v1.EnvContract) -> bool:
+        """Wait for the others; whether this endpoint may run (``False``: refused)."""
+        self._contracts[address] = read_env_contract(contract)
+        self.withdraw(address)
+        await self._decided.wait()
+        return self.refusal is None
+
+    def withdraw(self, address: str) -> None:
+        """``address`` is settled (admitted, or failed before it connected)."""
+        self._waiting.discard(address)
+        if self._waiting or self._decided.is_set():
+            return
+        ordered = [(a, self._contracts[a]) for a in self._order if a in self._contracts]
+        mismatch = fleet_mismatch(ordered)
+        if mismatch is not None:
+            self.refusal = SpecError(
+                f"fleet of {', '.join(a for a, _ in ordered)} refused: {mismatch}; one model "
+                "drives every endpoint of a fleet, so they must all serve the same spaces "
+                "(run each kind of env in its own run)",
+                operation=ADMIT_OPERATION,
+            )
+        self._decided.set()
+
+
 @attrs.define(eq=False)
 class _Seat:
     """One endpoint of the fleet while the run goes."""
@@ -273,6 +367,7 @@ class FleetRun:
     ) -> None:
         self.fleet = fleet
         self._seats = [_Seat(address) for address in addresses]
+        self._admission = _Admission(addresses)
         self._session_id = session_id
         self._tolerate = tolerate_endpoint_failures
         self._stop_reason: str | None = None
@@ -304,8 +399,13 @@ class FleetRun:
             elif not seat.done:
                 seat.scope.cancel()  # still connecting: nothing to report yet
 
-    async def run(self, open_driver: OpenDriver) -> RuntimeReport:
-        """Run every endpoint to the end; returns the merged report (or raises, with it)."""
+    async def run(self, open_endpoint: OpenEndpoint[_E], prepare: Prepare[_E]) -> RuntimeReport:
+        """Connect every endpoint, admit the fleet, run every endpoint to the end; returns
+        the merged report (or raises, with it).
+
+        Raises:
+            SpecError: the endpoints serve different spaces (nothing ran; no report).
+        """
         interrupted: BaseException | None = None
         try:
             async with trio.open_nursery() as nursery:
@@ -314,10 +414,13 @@ class FleetRun:
                     nursery.start_soon(batcher.serve)
                 async with trio.open_nursery() as endpoints:
                     for seat in self._seats:
-                        endpoints.start_soon(self._endpoint, seat, open_driver)
+                        endpoints.start_soon(self._endpoint, seat, open_endpoint, prepare)
                 nursery.cancel_scope.cancel()
         except BaseException as exc:
             interrupted = exc
+        refusal = self._admission.refusal
+        if refusal is not None and interrupted is None and self._failure is None:
+            raise refusal
         self.report = report = self._conclude(interrupted)
         if interrupted is not None:
             raise interrupted
@@ -326,11 +429,15 @@ class FleetRun:
             raise self._failure
         return report
 
-    async def _endpoint(self, seat: _Seat, open_driver: OpenDriver) -> None:
+    async def _endpoint(
+        self, seat: _Seat, open_endpoint: OpenEndpoint[_E], prepare: Prepare[_E]
+    ) -> None:
         try:
             with seat.scope:
-                async with open_driver(seat.address, self.fleet) as driver:
-                    seat.driver = driver
+                async with open_endpoint(seat.address) as endpoint:
+                    if not await self._admission.admit(seat.address, endpoint.contract):
+                        return
+                    seat.driver = driver = await prepare(seat.address, endpoint, self.fleet)
                     if self._stop_reason is not None:
                         driver.cancel(self._stop_reason)
                     seat.report = await driver.run()
@@ -343,6 +450,7 @@ class FleetRun:
             self._lose(seat, error)
         finally:
             seat.done = True
+            self._admission.withdraw(seat.address)
 
     def _lose(self, seat: _Seat, error: Error) -> None:
         error.with_context(address=seat.address)
@@ -454,6 +562,8 @@ def merge_reports(
             )
         )
     episodes.sort(key=lambda record: record.index)
+    # Admission made every endpoint serve the same spaces: the first setup is the fleet's.
+    setups = (part.report.setup for part in parts if part.report is not None)
     return RuntimeReport(
         status=status,
         reason=reason if status != "completed" else None,
@@ -465,6 +575,7 @@ def merge_reports(
         advisories=tuple(advisories),
         hook_errors=hook_errors,
         endpoints=tuple(endpoints),
+        setup=next(setups, None),
     )
 
 

@@ -7,9 +7,25 @@ private module of it (``tests/test_layering.py`` checks that).
 
 from __future__ import annotations
 
+from ._comparison import (
+    PairComparison,
+    RunSample,
+    compare_pair,
+    paired_order,
+    performance_profiles,
+)
 from ._fleet import DEFAULT_FUSE_WAIT, Fleet, FleetRun
 from ._ids import mint_uuid7
 from ._pool import EpisodePool
+from ._summary import (
+    ANALYSIS_EXTRA,
+    RESAMPLES,
+    SEED,
+    Interval,
+    decimals_for,
+    format_estimate,
+    summarize,
+)
 from ._telemetry import format_telemetry
 from ._worker import (
     SERVING_USER_CODE_MODES,
@@ -24,19 +40,31 @@ from ._worker import (
 )
 
 __all__ = [
+    "ANALYSIS_EXTRA",
     "DEFAULT_FUSE_WAIT",
+    "RESAMPLES",
+    "SEED",
     "SERVING_USER_CODE_MODES",
     "USER_CODE_MODES",
     "EpisodePool",
     "Fleet",
     "FleetRun",
+    "Interval",
+    "PairComparison",
+    "RunSample",
     "ServingUserCode",
     "UserCode",
     "WorkerUnavailable",
     "busy_worker_threads",
     "check_serving_user_code",
     "check_user_code",
+    "compare_pair",
+    "decimals_for",
+    "format_estimate",
     "format_telemetry",
     "mint_uuid7",
     "new_worker",
+    "paired_order",
+    "performance_profiles",
+    "summarize",
 ]

@@ -126,6 +126,31 @@ def test_map_connection_lost(exc: Exception) -> None:
     assert str(error).startswith("connection lost during env.reset to tcp://h:1 at step 9")
 
 
+def test_a_lost_connection_names_its_address_once() -> None:
+    lost = ConnectionLost("the connection broke (reset)", peer="tcp://h:1")
+    error = map_transport_error(lost, operation="env.step", address="tcp://h:1", step=3)
+    assert str(error) == "connection lost during env.step to tcp://h:1 at step 3: " + (
+        "the connection broke (reset)"
+    )
+    elsewhere = ConnectionLost("the connection broke (reset)", peer="tcp://proxy:2")
+    error = map_transport_error(elsewhere, operation="env.step", address="tcp://h:1")
+    assert str(error).endswith("the connection broke (reset) (with tcp://proxy:2)")
+
+
+def test_a_step_learned_later_joins_the_place_the_message_names() -> None:
+    """The model client does not know the runtime's step; the driver fills it in."""
+    lost = ConnectionLost("the peer closed the connection", peer="tcp://h:1")
+    error = map_transport_error(lost, operation="model.predict", address="tcp://h:1")
+    error.with_context(step=12, lane=0, operation="model.predict")
+    assert str(error) == (
+        "connection lost during model.predict to tcp://h:1 at step 12 on lane 0: "
+        "the peer closed the connection"
+    )
+    assert error.args == (str(error),)
+    error.with_context(step=99)  # never overwritten, nor re-worded
+    assert "at step 12 on lane 0" in str(error)
+
+
 def test_map_refused_says_could_not_connect() -> None:
     refused = ConnectionLost("could not connect to tcp://h:1: connection refused", refused=True)
     error = map_transport_error(refused, operation="env.handshake", address="tcp://h:1")

@@ -70,3 +70,8 @@ def test_wrong_wire_types_raise() -> None:
         HealthCheckRequest.FromString(b"\x08\x01")
     with pytest.raises(ValueError, match="must be a varint"):
         HealthCheckResponse.FromString(b"\x0a\x00")
+
+
+def test_a_service_name_that_is_not_utf8_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match=r"^HealthCheckRequest\.service is not valid UTF-8$"):
+        HealthCheckRequest.FromString(b"\x0a\x02\xff\xfe")

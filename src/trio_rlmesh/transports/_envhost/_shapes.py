@@ -110,6 +110,13 @@ class EnvShape:
     lanes_individually: bool
     """True for a lane endpoint (``subset_step``); False for a lockstep vector env."""
 
+    @property
+    def gym_spec(self) -> Any:
+        """The Gymnasium ``EnvSpec`` that makes this env again (``gymnasium.make(spec)``),
+        or ``None``: an env not made from a registered id, or a vector env (whose spec
+        describes the batch, not one env)."""
+        return None
+
     def contract(self) -> core_v1.EnvContract:
         """The env contract a server sends at handshake."""
         return make_env_contract(
@@ -129,6 +136,12 @@ class EnvShape:
 
 class LaneEnvs(EnvShape):
     """One scalar Gymnasium-style env per lane."""
+
+    @property
+    def gym_spec(self) -> Any:
+        spec = getattr(self.envs[0], "spec", None)
+        # Old-Gym envs carry a spec of their own kind: only Gymnasium's makes the env again.
+        return spec if type(spec).__module__.startswith("gymnasium.") else None
 
     def __init__(self, envs: Sequence[Any], env_name: str | None = None) -> None:
         if not envs:

@@ -52,13 +52,22 @@ def decode(message_type: type[_M], data: bytes) -> _M:
     """
     try:
         fast = _FAST_DECODERS.get(message_type)
-        if fast is not None:
+        if fast is None:
+            return decode_checked(message_type, data)
+        try:
             return fast(data, lambda whole: decode_checked(message_type, whole))  # type: ignore[no-any-return]
-        return decode_checked(message_type, data)
-    except (ValueError, TypeError, KeyError, EOFError, UnicodeDecodeError, OverflowError) as exc:
+        except _DECODE_ERRORS:
+            # The fast decoder fails in Python's words ("'utf-8' codec can't decode byte
+            # 0xff"); the checked one names the field. Only a message that fails pays it.
+            decode_checked(message_type, data)
+            raise
+    except _DECODE_ERRORS as exc:
         raise GrpcError(
             Status.INTERNAL, f"failed to decode {message_type.__name__}: {exc}"
         ) from None
+
+
+_DECODE_ERRORS = (ValueError, TypeError, KeyError, EOFError, UnicodeDecodeError, OverflowError)
 
 
 def encode(message: Any) -> bytes:

@@ -29,24 +29,12 @@ from typing import Any, Final
 
 import trio
 
-from ..._errors import Error, OperationTimeout, TransportError
+from ..._errors import Error, OperationTimeout, TransportError, where
 from ._status import ConnectionLost, GrpcError, Status, socket_reason
 
 __all__ = ["could_not_listen", "map_transport_error", "where"]
 
 _RETRYABLE: Final = frozenset({Status.UNAVAILABLE, Status.RESOURCE_EXHAUSTED, Status.ABORTED})
-
-
-def where(operation: str, address: str | None, step: int | None, lane: int | None) -> str:
-    """``env.step to tcp://h:p at step 3 on lane 1``: how messages name an operation."""
-    parts = [operation]
-    if address is not None:
-        parts.append(f"to {address}")
-    if step is not None:
-        parts.append(f"at step {step}")
-    if lane is not None:
-        parts.append(f"on lane {lane}")
-    return " ".join(parts)
 
 
 _SERVICES: Final = {"env": "rlmesh.env.v1.EnvService", "model": "rlmesh.model.v1.ModelService"}
@@ -123,7 +111,9 @@ def map_transport_error(
     if isinstance(exc, ConnectionLost):
         if exc.refused:
             return TransportError(f"{exc.reason} ({operation})", **context)
-        return TransportError(f"connection lost during {at}: {exc.reason}", **context)
+        # ``at`` names the address already: the peer only when it is another one.
+        why = exc.reason if exc.peer in (None, address) else str(exc)
+        return TransportError(f"connection lost during {at}: {why}", **context)
     if isinstance(exc, (TimeoutError, trio.TooSlowError)):
         return OperationTimeout(f"{at} timed out", **context)
     if isinstance(exc, EOFError):

@@ -97,7 +97,7 @@ def _from_grpclib(exc: BaseException, label: str) -> BaseException:
     if isinstance(exc, GRPCError):
         return GrpcError(Status.of(int(exc.status.value)), exc.message or "")
     if isinstance(exc, StreamTerminatedError):
-        return ConnectionLost(f"{exc} (with {label})")
+        return ConnectionLost(str(exc), peer=label)
     if isinstance(exc, asyncio.TimeoutError):
         # grpclib's deadline. Checked before OSError: from Python 3.11 on,
         # asyncio.TimeoutError is the builtin TimeoutError, an OSError.
@@ -105,11 +105,11 @@ def _from_grpclib(exc: BaseException, label: str) -> BaseException:
     if isinstance(exc, (ConnectionRefusedError, FileNotFoundError, socket.gaierror)):
         return ConnectionLost.could_not_connect(exc, label)
     if isinstance(exc, OSError):
-        return ConnectionLost(f"the connection with {label} broke ({exc.strerror or exc})")
+        return ConnectionLost(f"the connection broke ({exc.strerror or exc})", peer=label)
     if isinstance(exc, _GrpclibProtocolError):
-        return ConnectionLost(f"{label} broke the gRPC protocol ({exc})")
+        return ConnectionLost(f"the peer broke the gRPC protocol ({exc})", peer=label)
     if isinstance(exc, EOFError):
-        return ConnectionLost(f"the connection with {label} ended")
+        return ConnectionLost("the connection ended", peer=label)
     return exc
 
 
@@ -140,7 +140,8 @@ def _keepalive_expired(stream: Any, label: str, settings: GrpcSettings) -> Conne
         return None
     return ConnectionLost(
         f"the peer did not answer a keepalive PING within {settings.keepalive_timeout:g} s "
-        f"(frozen or unreachable) with {label}"
+        "(frozen or unreachable)",
+        peer=label,
     )
 
 

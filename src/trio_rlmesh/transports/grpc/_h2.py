@@ -689,8 +689,7 @@ class H2Connection:
         return failure
 
     def _lost(self, what: str) -> ConnectionLost:
-        where = f" with {self.label}" if self.label else ""
-        return ConnectionLost(f"{what}{where}")
+        return ConnectionLost(what, peer=self.label or None)
 
     # ----------------------------------------------------------------- streams
 

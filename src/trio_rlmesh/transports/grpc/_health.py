@@ -71,7 +71,10 @@ class HealthCheckRequest:
         value = _fields(data).get(1, b"")
         if not isinstance(value, bytes):
             raise ValueError("HealthCheckRequest.service must be a string")
-        return cls(value.decode("utf-8"))
+        try:
+            return cls(value.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ValueError("HealthCheckRequest.service is not valid UTF-8") from None
 
 
 class HealthCheckResponse:
@@ -101,7 +104,7 @@ def _request(data: bytes | None) -> HealthCheckRequest:
         raise GrpcError(Status.INTERNAL, "the health check carried no request")
     try:
         return HealthCheckRequest.FromString(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:
         raise GrpcError(Status.INTERNAL, f"failed to decode HealthCheckRequest: {exc}") from None
 
 

@@ -82,18 +82,21 @@ class ConnectionLost(Exception):
     """A call ended without a status: the connection or the stream is gone.
 
     ``reason`` says why in words a user can act on ("connection refused", "the peer
-    reset the stream (CANCEL)", "no answer to a keepalive PING within 20 s", ...).
+    reset the stream (CANCEL)", "no answer to a keepalive PING within 20 s", ...);
+    ``peer`` names the other side when the backend knows it, kept apart so that a message
+    that names the address already does not name it twice (``str()`` has both).
     """
 
-    def __init__(self, reason: str, *, refused: bool = False) -> None:
-        super().__init__(reason)
+    def __init__(self, reason: str, *, refused: bool = False, peer: str | None = None) -> None:
+        super().__init__(f"{reason} (with {peer})" if peer else reason)
         self.reason = reason
         self.refused = refused
         """True when no connection was ever made (nothing reached the peer)."""
+        self.peer = peer
 
     def again(self) -> ConnectionLost:
         """A fresh copy (see :meth:`GrpcError.again`)."""
-        return ConnectionLost(self.reason, refused=self.refused)
+        return ConnectionLost(self.reason, refused=self.refused, peer=self.peer)
 
     @classmethod
     def could_not_connect(cls, exc: OSError, target: str) -> ConnectionLost:

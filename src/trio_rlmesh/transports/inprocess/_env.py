@@ -92,6 +92,12 @@ class GymEnvRuntimeEnv:
         )
 
     @property
+    def gym_spec(self) -> Any:
+        """The Gymnasium ``EnvSpec`` that makes the hosted env again, or ``None`` (an env
+        not made from a registered id, or a vector env)."""
+        return self.host.shape.gym_spec
+
+    @property
     def user_code(self) -> UserCode:
         """Where the env's calls run: ``"thread"`` or ``"inline"``."""
         return self._user_code
