@@ -25,6 +25,11 @@ the trio backend does, from outside grpclib:
   pauses accepting for a second, and :func:`loop_exception_handler` turns its traceback
   into one line per 10 s and closes the ``DESCRIPTOR_RELIEF`` connections idle longest.
 
+This reads three things of grpclib's that are not its documented API, each guarded where
+it is read: its protocol's ``processor.processors`` (the event table the header check
+wraps), ``processor.streams`` (the open calls, for idleness) and ``connection._connection``
+(its h2 connection, for GOAWAY and refusals).
+
 ``max_concurrent_streams`` is advertised in a second SETTINGS frame (grpclib sends h2's
 default of 100 in its first); until the client acknowledges it, 100 applies. What stays
 grpclib's own: a client past the advertised number loses the whole connection (h2's
