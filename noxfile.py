@@ -163,6 +163,14 @@ def changelog_check(session: nox.Session) -> None:
 
 
 @nox.session(python=DEFAULT_PYTHON)
+def probe(session: nox.Session) -> None:
+    """The abuse probe (issue 23): our env server's latency and memory under HTTP/2 attacks."""
+    session.install(".[gymnasium]")
+    env = {k: v for k, v in os.environ.items() if k == "BENCH_QUICK"}
+    session.run("python", "bench/bench_abuse.py", *session.posargs, env=env)
+
+
+@nox.session(python=DEFAULT_PYTHON)
 def bench(session: nox.Session) -> None:
     """Side-by-side benchmarks of trio-rlmesh and rlmesh 0.1.0 (prints ratios)."""
     session.install(".[gymnasium,record]", RLMESH_PEER)

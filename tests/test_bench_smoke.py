@@ -240,3 +240,21 @@ def test_adapter_scenarios_against_rlmesh_adapters(which: str, scenario: str) ->
     _check_side(result.theirs)
     assert result.ours.steps == result.theirs.steps == 3
     assert scenario in format_targets([result])
+
+
+@pytest.mark.network
+def test_abuse_probe_runs_one_attack_and_reports_it() -> None:
+    """The probe's pieces end to end, briefly: a PING flood on our server, which cuts the
+    attacker off (it reconnects), while the client keeps stepping."""
+    _load_bench()
+    import bench_abuse
+
+    row = bench_abuse.probe_attack("ping-flood", "trio", 0.5, bench_abuse.ROOT / "src")
+    assert row["client_failure"] is None
+    assert row["unloaded_failure"] is None
+    assert row["attacker_connections"] >= 2
+    assert row["steps_during"] > 0
+    assert row["rss_peak_mib"] >= row["rss_before_mib"] > 0
+    text = bench_abuse.report([row], [])
+    assert "ping-flood" in text
+    assert "trio" in text

@@ -354,6 +354,7 @@ PUBLIC: dict[str, list[str]] = {
         "ModelClientRuntimeModel",
         "RemoteEnvError",
         "RemoteEnvTimeout",
+        "ServerLimits",
         "open_env_client",
         "open_model_client",
         "parse_address",
@@ -382,6 +383,10 @@ INTERNAL_EXCEPTIONS = {
     "trio_rlmesh.transports.grpc._status.GrpcError": (
         "a call's gRPC status; map_transport_error turns it into a TransportError or an "
         "OperationTimeout at the client boundary, servers send it as the status"
+    ),
+    "trio_rlmesh.transports.grpc._guard.Abuse": (
+        "a client past a server limit; the server answers GOAWAY ENHANCE_YOUR_CALM and "
+        "closes that connection"
     ),
     "trio_rlmesh.transports.grpc._status.ConnectionLost": (
         "a call that ended without a status; map_transport_error turns it into a TransportError"

@@ -193,6 +193,72 @@ def test_a_busy_server_stops_within_its_drain_timeout_and_margin(
     assert took < 0.5 + 2.0 + AT_ONCE  # --drain-timeout 0.5, then the 2 s margin at most
 
 
+HUNG = {
+    "serve-env": (
+        [
+            *("serve-env", "tests.cli.envs:Counter", "--env-arg", "announce=true"),
+            *("--env-arg", "quick=4", "--env-arg", "delay=1000"),
+        ],
+        ["--model", "tests.cli.models:AlwaysLeft"],
+        "counter: slow step",
+    ),
+    "serve-model": (
+        ["serve-model", "tests.cli.models:HangsAfterQuick"],
+        ["--env", "tests.cli.envs:Counter"],
+        "model: slow predict",
+    ),
+}
+"""Servers whose user code hangs after 12 quick calls (so ``auto`` runs the hung one inline)."""
+
+
+@pytest.mark.parametrize("kind", list(HUNG))
+@pytest.mark.parametrize("user_code", ["auto", "inline"])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
+def test_a_server_held_by_hung_inline_code_exits_within_2_s_of_the_first_signal(
+    processes: list[subprocess.Popen[str]],
+    kind: str,
+    user_code: str,
+    sig: signal.Signals,
+    code: int,
+) -> None:
+    """The event loop cannot take the signal (the hung call holds it), so no drain can
+    happen: the process exits once the loop has not answered for 1 s, and says why, with
+    the default 5 s drain timeout."""
+    argv, client, hung = HUNG[kind]
+    server, address = _server(processes, [*argv, "--user-code", user_code])
+    side = "--env" if kind == "serve-env" else "--model"
+    processes.append(start(["run", side, address, *client, "--episodes", "100", "--no-progress"]))
+    wait_for(server, hung)
+    status, took = _signal_and_time(server, sig)
+    assert status == code
+    assert took < RUN_BOUND
+    assert server.stderr is not None
+    said = [line for line in server.stderr.read().splitlines() if "exiting now" in line]
+    assert len(said) == 1
+    assert f"did not take {sig.name} within 1 s" in said[0]
+    assert "left running" in said[0]
+
+
+@pytest.mark.parametrize("kind", list(HUNG))
+def test_a_server_with_hung_user_code_on_a_thread_stops_after_its_drain_and_says_so(
+    processes: list[subprocess.Popen[str]], kind: str
+) -> None:
+    """The loop is free: the server drains (0.5 s), abandons the hung call and stops; the
+    process exits with the worker thread still inside it, and one line says so."""
+    argv, client, hung = HUNG[kind]
+    server, address = _server(processes, [*argv, "--user-code", "thread", "--drain-timeout", "0.5"])
+    side = "--env" if kind == "serve-env" else "--model"
+    processes.append(start(["run", side, address, *client, "--episodes", "100", "--no-progress"]))
+    wait_for(server, hung)
+    status, took = _signal_and_time(server, signal.SIGTERM)
+    assert status == 0
+    assert took < 0.5 + 2.0 + AT_ONCE
+    assert server.stderr is not None
+    said = [line for line in server.stderr.read().splitlines() if "worker thread" in line]
+    assert len(said) == 1
+    assert "abandoned still running on 1 worker thread(s)" in said[0]
+
+
 @pytest.mark.parametrize("kind", list(SERVERS))
 def test_a_second_signal_ends_a_server_at_once(
     processes: list[subprocess.Popen[str]], kind: str

@@ -16,7 +16,8 @@ from typing import Any
 
 import trio
 
-from ..runtime._internal import SERVING_USER_CODE_MODES
+from ..runtime._internal import SERVING_USER_CODE_MODES, busy_worker_threads
+from ..transports.grpc import ServerLimits
 from ._exit import EXIT_CANCELLED, EXIT_OK, Interrupts, UsageError, describe
 from ._targets import (
     add_env_kwargs_options,
@@ -32,7 +33,15 @@ __all__ = ["add_serve_parsers"]
 
 ServeFn = Callable[[trio.TaskStatus[str]], Awaitable[None]]
 
+DEFAULT_LIMITS = ServerLimits()
+_LIMIT_OPTIONS = {
+    "max_connections": "--max-connections",
+    "idle_connection_timeout": "--idle-connection-timeout",
+}
 DEFAULT_DRAIN_TIMEOUT = 5.0
+STUCK_THREAD_WAIT = 0.2
+"""Seconds a stopped server waits for its worker threads to end before saying which
+still run user code (abandoned, hung) as the process exits."""
 STOP_MARGIN = 2.0
 """Seconds past the drain timeout a signalled server may take to stop before the process
 ends anyway (closing connections and the env, joining worker threads)."""
@@ -89,6 +98,22 @@ def add_serve_parsers(commands: Any) -> None:
             "always on the event loop",
         )
         add_grpc_backend_option(sub)
+        sub.add_argument(
+            "--max-connections",
+            type=int,
+            default=DEFAULT_LIMITS.max_connections,
+            metavar="N",
+            help="connections served at once; past it, the one idle longest is closed "
+            f"(default {DEFAULT_LIMITS.max_connections})",
+        )
+        sub.add_argument(
+            "--idle-connection-timeout",
+            type=float,
+            default=DEFAULT_LIMITS.idle_connection_timeout,
+            metavar="S",
+            help="close a connection that has had no call for S seconds "
+            f"(default {DEFAULT_LIMITS.idle_connection_timeout:g})",
+        )
 
 
 def serve_env_command(args: argparse.Namespace) -> int:
@@ -99,6 +124,7 @@ def serve_env_command(args: argparse.Namespace) -> int:
         if args.num_envs is not None and args.num_envs < 1:
             raise UsageError(f"--num-envs must be at least 1, got {args.num_envs}")
         check_bind_address(args.bind)
+        limits = _server_limits(args)
         token = resolve_token(args)
         env = load_env_target(args.env, env_kwargs(args.env_kwargs, args.env_arg))
         if args.num_envs not in (None, 1) and not callable(env):
@@ -117,6 +143,7 @@ def serve_env_command(args: argparse.Namespace) -> int:
                 drain_timeout=args.drain_timeout,
                 user_code=args.user_code,
                 backend=args.grpc_backend,
+                limits=limits,
                 task_status=task_status,
             )
 
@@ -131,6 +158,7 @@ def serve_model_command(args: argparse.Namespace) -> int:
 
     def prepare() -> ServeFn:
         check_bind_address(args.bind)
+        limits = _server_limits(args)
         token = resolve_token(args)
         model = load_model_target(args.model)
 
@@ -142,12 +170,27 @@ def serve_model_command(args: argparse.Namespace) -> int:
                 drain_timeout=args.drain_timeout,
                 user_code=args.user_code,
                 backend=args.grpc_backend,
+                limits=limits,
                 task_status=task_status,
             )
 
         return serve
 
     return _run_server(args, prepare)
+
+
+def _server_limits(args: argparse.Namespace) -> ServerLimits:
+    """The limits the options ask for (ServerLimits validates them; its words, our flags)."""
+    try:
+        return ServerLimits(
+            max_connections=args.max_connections,
+            idle_connection_timeout=args.idle_connection_timeout,
+        )
+    except ValueError as exc:
+        message = str(exc)
+        for field, flag in _LIMIT_OPTIONS.items():
+            message = message.replace(field, flag)
+        raise UsageError(message) from None
 
 
 def _check_drain_timeout(args: argparse.Namespace) -> None:
@@ -163,11 +206,19 @@ def _run_server(args: argparse.Namespace, prepare: Callable[[], ServeFn]) -> int
         try:
             _check_drain_timeout(args)
             serve = prepare()
-            return trio.run(_serve, args, serve, interrupts)
+            code = trio.run(_serve, args, serve, interrupts)
         except Exception as exc:  # the one place a failure becomes an exit status
             failure = describe(exc)
             print(f"trio-rlmesh {args.command}: {failure.message}", file=sys.stderr)
             return failure.exit_code
+        stuck = busy_worker_threads(wait=STUCK_THREAD_WAIT)
+        if stuck:
+            print(
+                f"trio-rlmesh {args.command}: exiting with user code it abandoned still running "
+                f"on {len(stuck)} worker thread(s): {', '.join(stuck)}",
+                file=sys.stderr,
+            )
+        return code
 
 
 async def _serve(args: argparse.Namespace, serve: ServeFn, interrupts: Interrupts) -> int:

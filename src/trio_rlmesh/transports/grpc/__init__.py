@@ -32,6 +32,7 @@ from ._model_client import open_model_client as open_model_client
 from ._model_server import serve_model as serve_model
 from ._registry import BACKENDS as BACKENDS
 from ._settings import GrpcSettings as GrpcSettings
+from ._settings import ServerLimits as ServerLimits
 
 __all__ = [
     "BACKENDS",
@@ -45,6 +46,7 @@ __all__ = [
     "ModelClientRuntimeModel",
     "RemoteEnvError",
     "RemoteEnvTimeout",
+    "ServerLimits",
     "open_env_client",
     "open_model_client",
     "parse_address",

@@ -20,7 +20,7 @@ from typing import Literal, Protocol
 
 import trio
 
-from ._settings import GrpcSettings
+from ._settings import GrpcSettings, ServerLimits
 from ._status import ConnectionLost, GrpcError, Status
 
 __all__ = [
@@ -172,9 +172,14 @@ class Backend(Protocol):
         ...
 
     def open_server(
-        self, address: str, handlers: Mapping[str, Handler], settings: GrpcSettings
+        self,
+        address: str,
+        handlers: Mapping[str, Handler],
+        settings: GrpcSettings,
+        limits: ServerLimits = ...,
     ) -> AbstractAsyncContextManager[RunningServer]:
-        """Serve ``handlers`` (by method path) on ``address`` for the duration of the block.
+        """Serve ``handlers`` (by method path) on ``address`` for the duration of the block,
+        holding every client connection to ``limits``.
 
         When the block exits, every call still open is ended with UNAVAILABLE ("the server
         is shutting down"), then every connection is closed; the exit is bounded by the
