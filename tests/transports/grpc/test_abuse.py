@@ -30,7 +30,6 @@ from trio_rlmesh.transports.grpc import (
 )
 from trio_rlmesh.transports.grpc._address import parse_address
 from trio_rlmesh.transports.grpc._backend import Handler, RunningServer
-from trio_rlmesh.transports.grpc._registry import get_backend
 from trio_rlmesh.transports.grpc._codec import encode
 from trio_rlmesh.transports.grpc._guard import GOAWAY_GRACE
 from trio_rlmesh.transports.grpc._h2 import H2Connection, H2Stream
@@ -43,6 +42,7 @@ from trio_rlmesh.transports.grpc._handshake import (
 )
 from trio_rlmesh.transports.grpc._health import HEALTH_HANDLERS
 from trio_rlmesh.transports.grpc._memory import memory_stream_pair
+from trio_rlmesh.transports.grpc._registry import get_backend
 from trio_rlmesh.transports.grpc._status import Status
 from trio_rlmesh.transports.grpc._trio_backend import connect
 
