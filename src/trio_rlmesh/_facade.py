@@ -6,7 +6,7 @@ contracts the runtime cannot drive, resolve the model route before driving (exec
 horizon, observation history) through :meth:`RuntimeModel.resolve`, build the session
 spec from :class:`RunLocalOptions` (in one place) and drive it. Several env addresses
 make a fleet run (:func:`_run_fleet`): the same path once per endpoint, under one
-:class:`~trio_rlmesh.runtime._fleet.FleetRun`. The gRPC transport is imported inside the
+:class:`~trio_rlmesh.runtime._fleetrun.FleetRun`. The gRPC transport is imported inside the
 functions, so ``import trio_rlmesh`` stays free of it.
 """
 
@@ -15,14 +15,16 @@ from __future__ import annotations
 import math
 import operator
 import re
+import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
 
-from ._errors import SpecError
+from ._errors import Error, SpecError
 from .protocol import WORKFLOW_EDITION
 from .protocol._internal import check_token
 from .runtime._internal import (
@@ -529,10 +531,10 @@ async def _run_fleet(
     task_status: trio.TaskStatus[Any],
 ) -> RuntimeReport:
     """One run over every address of ``options.env_address``: every endpoint opened, the
-    fleet admitted (one pair of spaces; see :class:`~trio_rlmesh.runtime._fleet.FleetRun`),
+    fleet admitted (one pair of spaces; see :class:`~trio_rlmesh.runtime._fleetrun.FleetRun`),
     then :func:`_prepare` per endpoint.
 
-    ``task_status.started`` receives the :class:`~trio_rlmesh.runtime._fleet.FleetRun`
+    ``task_status.started`` receives the :class:`~trio_rlmesh.runtime._fleetrun.FleetRun`
     (it has ``cancel`` too) before any endpoint is opened.
     """
     from .runtime import RuntimeLimits
@@ -678,17 +680,40 @@ async def _run_entry(
         from .record._internal import check_available
 
         check_available(options.record)
-    if _is_fleet(options):
-        if options.record is not None:
-            raise SpecError(
-                "recording a fleet run is not supported; record the run of one env address"
+    # The run's own timing, wall clock from connect to close: the report's summary has it.
+    started_at, clock = datetime.now(timezone.utc), time.perf_counter()
+
+    def timed(report: RuntimeReport) -> RuntimeReport:
+        return attrs.evolve(report, started_at=started_at, duration_s=time.perf_counter() - clock)
+
+    async def connect_and_run() -> RuntimeReport:
+        if _is_fleet(options):
+            if options.record is not None:
+                raise SpecError(
+                    "recording a fleet run is not supported; record the run of one env address"
+                )
+            async with _open_model(model, options, model_token) as endpoint:
+                return await _run_fleet(endpoint, options, hooks=hooks, task_status=task_status)
+        async with (
+            _open_env(options) as env,
+            _open_model(model, options, model_token) as endpoint,
+        ):
+            return await _run(
+                env,
+                endpoint,
+                options,
+                hooks=hooks,
+                task_status=task_status,
+                model_label=model_label,
             )
-        async with _open_model(model, options, model_token) as endpoint:
-            return await _run_fleet(endpoint, options, hooks=hooks, task_status=task_status)
-    async with _open_env(options) as env, _open_model(model, options, model_token) as endpoint:
-        return await _run(
-            env, endpoint, options, hooks=hooks, task_status=task_status, model_label=model_label
-        )
+
+    try:
+        report = await connect_and_run()
+    except Error as exc:
+        if exc.report is not None:  # a failed run's partial report
+            exc.report = timed(exc.report)
+        raise
+    return timed(report)
 
 
 def run(handler: Any, env: Any, **options: Any) -> RuntimeReport:

@@ -41,6 +41,8 @@ REPORT_KEYS = [
     "success_rate",
     "episodes",
     "telemetry",
+    "summary",
+    "setup",
 ]
 
 

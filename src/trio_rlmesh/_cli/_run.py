@@ -685,6 +685,9 @@ def run_command(args: argparse.Namespace) -> int:
             report = getattr(unwrap(exc), "report", None)
             if isinstance(unwrap(exc), UnwritableReport):
                 args.json = None  # the failed report has nowhere to go either
+        if interrupts.received is not None and report is not None:
+            # The process ends within its grace after a signal: no time for the bootstrap.
+            report = attrs.evolve(report, summary_resamples=0)
         status = _status(report, failure)
         with interrupts.final_output(status):
             if not _write_results(args, console, report, failure) and status == EXIT_OK:

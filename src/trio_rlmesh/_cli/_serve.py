@@ -17,8 +17,9 @@ from typing import Any, Final
 
 import trio
 
-from ..runtime._internal import SERVING_USER_CODE_MODES
-from ._exit import EXIT_CANCELLED, EXIT_OK, Interrupts, describe
+from ..runtime._internal import SERVING_USER_CODE_MODES, busy_worker_threads
+from ..transports.grpc import ServerLimits
+from ._exit import EXIT_CANCELLED, EXIT_OK, Interrupts, UsageError, describe
 from ._targets import (
     add_env_kwargs_options,
     add_grpc_backend_option,
@@ -33,11 +34,21 @@ __all__ = ["add_serve_parsers"]
 
 ServeFn = Callable[[trio.TaskStatus[str]], Awaitable[None]]
 
-SERVE_OPTIONS: Final = {"num_envs": "--num-envs", "drain_timeout": "--drain-timeout"}
-"""The ``serve_env``/``serve_model`` arguments set from an option, by name: their errors
-(the servers check them, not this module) name the option instead."""
+SERVE_OPTIONS: Final = {
+    "num_envs": "--num-envs",
+    "drain_timeout": "--drain-timeout",
+    "max_connections": "--max-connections",
+    "idle_connection_timeout": "--idle-connection-timeout",
+}
+"""The ``serve_env``/``serve_model`` arguments (and :class:`ServerLimits` fields) set from
+an option, by name: their errors (they check the values, not this module) name the option
+instead."""
 
+DEFAULT_LIMITS = ServerLimits()
 DEFAULT_DRAIN_TIMEOUT = 5.0
+STUCK_THREAD_WAIT = 0.2
+"""Seconds a stopped server waits for its worker threads to end before saying which
+still run user code (abandoned, hung) as the process exits."""
 STOP_MARGIN = 2.0
 """Seconds past the drain timeout a signalled server may take to stop before the process
 ends anyway (closing connections and the env, joining worker threads)."""
@@ -96,6 +107,22 @@ def add_serve_parsers(commands: Any) -> None:
             "always on the event loop",
         )
         add_grpc_backend_option(sub)
+        sub.add_argument(
+            "--max-connections",
+            type=int,
+            default=DEFAULT_LIMITS.max_connections,
+            metavar="N",
+            help="connections served at once; past it, the one idle longest is closed "
+            f"(default {DEFAULT_LIMITS.max_connections})",
+        )
+        sub.add_argument(
+            "--idle-connection-timeout",
+            type=float,
+            default=DEFAULT_LIMITS.idle_connection_timeout,
+            metavar="S",
+            help="close a connection that has had no call for S seconds "
+            f"(default {DEFAULT_LIMITS.idle_connection_timeout:g})",
+        )
 
 
 def serve_env_command(args: argparse.Namespace) -> int:
@@ -104,6 +131,7 @@ def serve_env_command(args: argparse.Namespace) -> int:
 
     def prepare() -> ServeFn:
         check_bind_address(args.bind)
+        limits = _server_limits(args)
         token = resolve_token(args)
         env = load_env_target(args.env, env_kwargs(args.env_kwargs, args.env_arg))
 
@@ -117,6 +145,7 @@ def serve_env_command(args: argparse.Namespace) -> int:
                 drain_timeout=args.drain_timeout,
                 user_code=args.user_code,
                 backend=args.grpc_backend,
+                limits=limits,
                 task_status=task_status,
             )
 
@@ -131,6 +160,7 @@ def serve_model_command(args: argparse.Namespace) -> int:
 
     def prepare() -> ServeFn:
         check_bind_address(args.bind)
+        limits = _server_limits(args)
         token = resolve_token(args)
         model = load_model_target(args.model)
 
@@ -142,12 +172,25 @@ def serve_model_command(args: argparse.Namespace) -> int:
                 drain_timeout=args.drain_timeout,
                 user_code=args.user_code,
                 backend=args.grpc_backend,
+                limits=limits,
                 task_status=task_status,
             )
 
         return serve
 
     return _run_server(args, prepare)
+
+
+def _server_limits(args: argparse.Namespace) -> ServerLimits:
+    """The limits the options ask for (ServerLimits validates them; :data:`SERVE_OPTIONS`
+    names them as the options)."""
+    try:
+        return ServerLimits(
+            max_connections=args.max_connections,
+            idle_connection_timeout=args.idle_connection_timeout,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _grace(drain_timeout: float) -> float | None:
@@ -163,11 +206,19 @@ def _run_server(args: argparse.Namespace, prepare: Callable[[], ServeFn]) -> int
     with interrupts.installed():
         try:
             serve = prepare()
-            return trio.run(_serve, args, serve, interrupts)
+            code = trio.run(_serve, args, serve, interrupts)
         except Exception as exc:  # the one place a failure becomes an exit status
             failure = describe(exc, SERVE_OPTIONS)
             print(f"trio-rlmesh {args.command}: {failure.message}", file=sys.stderr)
             return failure.exit_code
+        stuck = busy_worker_threads(wait=STUCK_THREAD_WAIT)
+        if stuck:
+            print(
+                f"trio-rlmesh {args.command}: exiting with user code it abandoned still running "
+                f"on {len(stuck)} worker thread(s): {', '.join(stuck)}",
+                file=sys.stderr,
+            )
+        return code
 
 
 async def _serve(args: argparse.Namespace, serve: ServeFn, interrupts: Interrupts) -> int:

@@ -34,7 +34,7 @@ from ...protocol._internal import (
     has_capability,
 )
 from ...runtime import EndpointTimings, EnvResetResult, EnvStepResult
-from ._backend import BackendName, Channel, get_backend
+from ._backend import BackendName, Channel
 from ._codec import decode, encode
 from ._errors import map_transport_error
 from ._handshake import (
@@ -46,6 +46,7 @@ from ._handshake import (
     refused,
 )
 from ._join import JoinMux, JoinStatistics
+from ._registry import get_backend
 from ._settings import DEFAULT_SETTINGS, GrpcSettings
 from ._status import GrpcError, Status
 

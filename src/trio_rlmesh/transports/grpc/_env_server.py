@@ -64,11 +64,12 @@ from .._envhost import (
     plan_timings,
     run_plan,
 )
-from ._backend import BackendName, ServerCall, check_backend
+from ._backend import BackendName, ServerCall
 from ._codec import encode
 from ._handshake import ENV_HANDSHAKE, ENV_JOIN, ENV_SHUTDOWN, handshake_response
+from ._registry import check_backend
 from ._server import JoinSession, ServerCore, run_server
-from ._settings import DEFAULT_SETTINGS, GrpcSettings
+from ._settings import DEFAULT_LIMITS, DEFAULT_SETTINGS, GrpcSettings, ServerLimits
 from ._status import GrpcError, Status
 
 __all__ = ["serve_env"]
@@ -363,6 +364,7 @@ async def serve_env(
     user_code: ServingUserCode = "auto",
     backend: BackendName = "trio",
     settings: GrpcSettings = DEFAULT_SETTINGS,
+    limits: ServerLimits = DEFAULT_LIMITS,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve an env over rlmesh-wire-v1 until cancelled (or shut down remotely / when idle).
@@ -404,6 +406,9 @@ async def serve_env(
             hangs the server.
         backend: ``"trio"`` (default) or ``"grpclib"``.
         settings: message size limit, keepalive and flow-control windows.
+        limits: what one client connection may do (connections, calls, header size,
+            handshake and idle timeouts, frame budgets); see
+            :class:`~trio_rlmesh.transports.grpc.ServerLimits`.
 
     Example::
 
@@ -439,6 +444,7 @@ async def serve_env(
             address=address,
             backend=backend,
             settings=settings,
+            limits=limits,
             drain_timeout=drain_timeout,
             idle_timeout=idle_timeout,
             task_status=task_status,

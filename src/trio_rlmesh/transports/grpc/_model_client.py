@@ -21,7 +21,7 @@ from ..._errors import Error, ModelError, ProtocolError
 from ...model._internal import wire_error_to_model
 from ...protocol import SUPPORTED_WORKFLOW_EDITIONS, core_v1, model_v1
 from ...runtime import EndpointTimings, ModelPrediction
-from ._backend import BackendName, Channel, get_backend
+from ._backend import BackendName, Channel
 from ._codec import decode, encode
 from ._errors import map_transport_error
 from ._handshake import (
@@ -32,6 +32,7 @@ from ._handshake import (
     handshake,
 )
 from ._join import JoinMux
+from ._registry import get_backend
 from ._settings import DEFAULT_SETTINGS, GrpcSettings
 
 __all__ = ["ModelClient", "ModelClientRuntimeModel", "open_model_client"]

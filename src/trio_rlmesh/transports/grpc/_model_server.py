@@ -44,11 +44,12 @@ from ...protocol._internal import (
     check_token,
 )
 from ...runtime._internal import ServingUserCode, check_timeout
-from ._backend import BackendName, ServerCall, check_backend
+from ._backend import BackendName, ServerCall
 from ._codec import encode
 from ._handshake import MODEL_HANDSHAKE, MODEL_JOIN, MODEL_SHUTDOWN, handshake_response
+from ._registry import check_backend
 from ._server import JoinSession, ServerCore, run_server
-from ._settings import DEFAULT_SETTINGS, GrpcSettings
+from ._settings import DEFAULT_LIMITS, DEFAULT_SETTINGS, GrpcSettings, ServerLimits
 
 __all__ = ["serve_model"]
 
@@ -422,6 +423,7 @@ async def serve_model(
     user_code: ServingUserCode = "auto",
     backend: BackendName = "trio",
     settings: GrpcSettings = DEFAULT_SETTINGS,
+    limits: ServerLimits = DEFAULT_LIMITS,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve a model over rlmesh-wire-v1 until cancelled (or shut down remotely).
@@ -451,6 +453,9 @@ async def serve_model(
             Ignored for a :class:`~trio_rlmesh.model.ModelHandler`, which runs as it is.
         backend: ``"trio"`` (default) or ``"grpclib"``.
         settings: message size limit, keepalive and flow-control windows.
+        limits: what one client connection may do (connections, calls, header size,
+            handshake and idle timeouts, frame budgets); see
+            :class:`~trio_rlmesh.transports.grpc.ServerLimits`.
 
     Example::
 
@@ -481,6 +486,7 @@ async def serve_model(
             address=address,
             backend=backend,
             settings=settings,
+            limits=limits,
             drain_timeout=drain_timeout,
             task_status=task_status,
         )
