@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from gymnasium import spaces
 
 from trio_rlmesh import adapters as adapt
+from trio_rlmesh.adapters._errors import ApplyError
 
 
 def _passthrough() -> adapt.Adapter:
@@ -94,3 +96,31 @@ def test_observe_takes_rlmesh_s_bridge_keyword() -> None:
     adapter.observe({"q": np.zeros(2, np.float32)}, input_bridge=None)
     adapter.transform_action(np.array([1.0, 1.0], np.float32))
     assert adapter.transform_obs({"q": np.zeros(2, np.float32)})["p"].tolist() == [1.0, 1.0]
+
+
+def test_a_missing_entry_or_key_lists_what_is_there_as_rlmesh_does() -> None:
+    # The messages are RLMesh 0.1.0's for the same pairing and observations.
+    action = adapt.Action(adapt.Actuator(adapt.ACTION_JOINT_POS, 2))
+    tags = adapt.EnvTags(
+        {"arm": {"q": adapt.StateTag(adapt.JOINT_POS)}, "cam": adapt.ImageTag(adapt.IMAGE_PRIMARY)},
+        action,
+    )
+    spec = adapt.ModelSpec(
+        {"q": adapt.State(adapt.JOINT_POS), "i": adapt.Image(adapt.IMAGE_PRIMARY)}, action
+    )
+    observation = spaces.Dict(
+        {
+            "arm": spaces.Dict({"q": spaces.Box(-1, 1, (2,), np.float32)}),
+            "cam": spaces.Box(0, 255, (4, 4, 3), np.uint8),
+        }
+    )
+    adapter = adapt.resolve(tags, observation, spaces.Box(-1, 1, (2,), np.float32), spec)
+    cam = np.zeros((4, 4, 3), np.uint8)
+    with pytest.raises(ApplyError) as entry:
+        adapter.transform_obs({"cam": cam, "other": 1})
+    assert str(entry.value) == (
+        "observation is missing entry 'arm' for source 'arm.q'; available: ['cam']"
+    )
+    with pytest.raises(ApplyError) as key:
+        adapter.transform_obs({"arm": {"p": np.zeros(2, np.float32), "r": 0}, "cam": cam})
+    assert str(key.value) == "observation path 'q' is missing key 'q'; available: ['p', 'r']"

@@ -19,9 +19,8 @@ import pytest
 from tests.adapters import wheel
 from tests.gym.test_png import encode as encode_png
 from trio_rlmesh import Error, SpecError
-from trio_rlmesh.adapters import _image_codec
+from trio_rlmesh.adapters import _image_codec, _vocab
 from trio_rlmesh.adapters._image import (
-    RESAMPLES,
     CastError,
     Geometry,
     ImageDecodeError,
@@ -36,6 +35,7 @@ from trio_rlmesh.adapters._image import (
     resample,
     to_uint8,
 )
+from trio_rlmesh.adapters._vocab import RESAMPLES
 
 # 5x7 gray ramp: value = 37 * (row * 7 + col) mod 256.
 RAMP = ((np.arange(35).reshape(5, 7, 1) * 37) % 256).astype(np.uint8)
@@ -545,6 +545,30 @@ def test_jpeg_bytes_decode_with_pillow() -> None:
     decoded = decode_image(encoded.getvalue())
     assert decoded.shape == (16, 8, 3)
     assert np.abs(decoded.astype(int) - smooth).max() <= 4
+
+
+# Every choice a spec may name, as the pipeline field that takes it.
+CHOICES = [
+    *(("src_layout", name) for name in _vocab.IMAGE_LAYOUTS),
+    *(("dst_layout", name) for name in _vocab.IMAGE_LAYOUTS),
+    *(("fit", name) for name in _vocab.FIT_MODES),
+    *(("crop_mode", name) for name in _vocab.CROP_MODES),
+    *(("resample", name) for name in _vocab.RESAMPLES),
+    *(("channel_order", name) for name in _vocab.CHANNEL_ORDERS),
+    *(("dtype", name) for name in _vocab.DTYPES),
+]
+
+
+@pytest.mark.parametrize(("field", "choice"), CHOICES, ids=[f"{f}={c}" for f, c in CHOICES])
+def test_the_pipeline_runs_every_choice_the_spec_vocabulary_names(field: str, choice: str) -> None:
+    # 0/1 pixels stay 0/1 through any resample, so even a bool or int8 cast holds them.
+    frame = (np.arange(4 * 6 * 3).reshape(4, 6, 3) % 2).astype(np.uint8)
+    if field == "src_layout" and choice == "chw":
+        frame = frame.transpose(2, 0, 1).copy()
+    options: dict[str, Any] = {"size": (2, 2), "crop": 0.5, field: choice}
+    out = ImagePipeline(**options)(frame)
+    assert out.shape == ((3, 2, 2) if options.get("dst_layout") == "chw" else (2, 2, 3))
+    assert out.dtype.name == options.get("dtype", "uint8")
 
 
 @pytest.mark.parametrize(

@@ -48,3 +48,15 @@ def test_importing_the_adapters_pulls_in_neither_gymnasium_nor_pillow() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_importing_the_adapters_binds_rlmesh_s_public_submodules() -> None:
+    # As ``import rlmesh.adapters`` does: ``adapt.helpers`` works without importing it first.
+    probe = (
+        "import trio_rlmesh.adapters as adapt; "
+        "print([name for name in ('constants', 'helpers', 'specs') if hasattr(adapt, name)])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "['constants', 'helpers', 'specs']"

@@ -16,14 +16,13 @@ import pytest
 from tests.adapters import wheel
 from trio_rlmesh.adapters import _rotation
 from trio_rlmesh.adapters._rotation import (
-    DIRECTIONS,
-    ROTATION_DIMS,
     RotationConversion,
     convert_rotation,
     from_matrix,
     rotation_matrix,
     to_matrix,
 )
+from trio_rlmesh.adapters._vocab import DIRECTIONS, ROTATION_DIMS
 
 ROTATIONS = [name for name in ROTATION_DIMS if name not in DIRECTIONS]
 

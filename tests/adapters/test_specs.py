@@ -368,6 +368,55 @@ READER: list[tuple[str, dict[str, Any], str]] = [
         {"observation": {"type": "audio"}, "action": {"components": []}},
         'invalid env tags: observation "<root>" declares unrecognized kind "audio"',
     ),
+    # A scale or offset is a scalar or a non-empty per-axis vector, on a state part as on an
+    # actuator.
+    (
+        "model",
+        {
+            "input": {
+                "type": "state",
+                "components": [{"role": "r", "scale": 2, "axis_scale": [1]}],
+            },
+            "output": {"components": []},
+        },
+        (
+            'invalid model spec at input: state part Some("r"): sets both scale and axis_scale; '
+            "a quantity is a scalar or a per-axis vector, not both"
+        ),
+    ),
+    (
+        "model",
+        {
+            "input": {"type": "state", "components": [{"role": "r", "axis_offset": []}]},
+            "output": {"components": []},
+        },
+        (
+            'invalid model spec at input: state part Some("r"): axis_offset must carry at least '
+            "one value"
+        ),
+    ),
+    (
+        "model",
+        {
+            "input": {"type": "text", "role": "r"},
+            "output": {"components": [{"role": "a", "dim": 1, "offset": 0, "axis_offset": [1]}]},
+        },
+        (
+            'invalid model spec at output: actuator Some("a"): sets both offset and axis_offset; '
+            "a quantity is a scalar or a per-axis vector, not both"
+        ),
+    ),
+    (
+        "model",
+        {
+            "input": {"type": "text", "role": "r"},
+            "output": {"components": [{"role": "a", "dim": 1, "axis_scale": []}]},
+        },
+        (
+            'invalid model spec at output: actuator Some("a"): axis_scale must carry at least one '
+            "value"
+        ),
+    ),
 ]
 
 

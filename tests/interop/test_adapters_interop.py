@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.adapters import pairings
 from trio_rlmesh import adapters as ours
+from trio_rlmesh.adapters import _vocab as vocab
 from trio_rlmesh.protocol import python_to_meta
 
 from . import adapter_recipes as recipes
@@ -56,6 +57,15 @@ def test_the_public_names_are_the_wheels() -> None:
         mine, theirs = getattr(ours, name), getattr(wheel, name)
         if isinstance(theirs, (str, int, list, dict)):
             assert mine == theirs, name
+
+
+def test_the_vocabularies_are_the_wheels_in_its_order() -> None:
+    # The native core's own lists: the order its messages name the choices in.
+    native = importlib.import_module("rlmesh._rlmesh")
+    for name in ("IMAGE_LAYOUTS", "CROP_MODES", "CHANNEL_ORDERS", "RESAMPLES"):
+        assert getattr(vocab, name) == tuple(getattr(native, name)), name
+    assert vocab.ROTATION_DIMS == native.ROTATION_DIMS
+    assert set(vocab.ENCODING_ORDER) == set(native.ROTATION_DIMS)
 
 
 def _parameters(target: Any) -> list[tuple[str, Any, Any]]:

@@ -21,6 +21,10 @@ plan is numpy only (no native code); JPEG support needs Pillow (the ``adapters``
 
 from __future__ import annotations
 
+# RLMesh's package binds its public submodules on import, so code written for it reaches them
+# as ``adapt.helpers.render_placement`` without importing them itself.
+from . import helpers as helpers
+from . import specs as specs
 from ._action_spec import Action as Action
 from ._action_spec import Actuator as Actuator
 from ._action_spec import CustomEncoding as CustomEncoding

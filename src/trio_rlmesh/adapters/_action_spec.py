@@ -1,4 +1,5 @@
-"""Action layouts (shared by env tags and model specs) and custom rotation encodings.
+"""Action layouts (shared by env tags and model specs) and custom rotation encodings, with
+their JSON forms (written and read here; :mod:`._shape` says how).
 
 The spec classes are frozen :mod:`dataclasses`, not attrs classes, on purpose: code written
 for ``rlmesh.adapters`` calls :func:`dataclasses.replace` and :func:`dataclasses.fields` on
@@ -8,19 +9,29 @@ them, and their constructors take the same arguments (including init-only sugar 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .._errors import SpecError
-from ._coerce import axis_or_scalar, check_labels
-from ._vocab import ROTATION_DIMS, Frame, Reference, RotationEncoding
+from ._coerce import axis_or_scalar, check_labels, one_or_many
+from ._shape import pair, write_present, write_scaled
+from ._vocab import LOCAL_ARM, ROTATION_DIMS, Frame, Reference, RotationEncoding
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["Action", "Actuator", "CustomEncoding", "RotationTransform"]
+__all__ = [
+    "Action",
+    "Actuator",
+    "CustomEncoding",
+    "RotationTransform",
+    "action_from_dict",
+    "action_to_dict",
+    "encoding_from_wire",
+    "encoding_to_wire",
+]
 
 RotationTransform: TypeAlias = "Callable[[np.ndarray[Any, Any]], npt.ArrayLike]"
 """One arm of a :class:`CustomEncoding`: a flat vector in, a flat vector of the same width out."""
@@ -192,3 +203,85 @@ class Action:
     def dim(self) -> int:
         """The action vector's length (the actuators' dims summed)."""
         return sum(component.dim for component in self.components)
+
+
+# ------------------------------------------------------------------------------------------
+# Documents
+
+
+def encoding_to_wire(encoding: Any) -> Any:
+    """A rotation-encoding field's wire form; a :class:`CustomEncoding` becomes its schema."""
+    if isinstance(encoding, tuple):
+        return list(encoding)
+    if isinstance(encoding, CustomEncoding):
+        out: dict[str, Any] = {"base": encoding.base, "name": encoding.name}
+        for name in ("from_base", "to_base"):
+            arm = getattr(encoding, name)
+            if arm is not None:
+                # An in-process callable has no wire form: it travels as a marker.
+                out[name] = arm if isinstance(arm, str) else LOCAL_ARM
+        return out
+    return encoding
+
+
+def encoding_from_wire(raw: Any) -> Any:
+    """A rotation-encoding field from its canonical wire form (:func:`encoding_to_wire`)."""
+    if isinstance(raw, Mapping):
+        return CustomEncoding(
+            base=raw["base"],
+            from_base=raw.get("from_base"),
+            to_base=raw.get("to_base"),
+            name=raw.get("name", "custom"),
+        )
+    return one_or_many(raw)
+
+
+def _actuator_to_dict(actuator: Actuator) -> dict[str, Any]:
+    out: dict[str, Any] = {} if actuator.role is None else {"role": actuator.role}
+    out["dim"] = actuator.dim
+    out["encoding"] = encoding_to_wire(actuator.encoding)
+    out["range"] = list(actuator.range) if actuator.range else None
+    out["binary"] = actuator.binary
+    write_scaled(out, actuator)
+    if actuator.fill != 0.0:
+        out["fill"] = actuator.fill
+    for name in ("invert", "clip", "optional"):
+        if getattr(actuator, name):
+            out[name] = True
+    return write_present(out, actuator, ("threshold", "frame", "reference", "part", "labels"))
+
+
+def action_to_dict(action: Action) -> dict[str, Any]:
+    """An action layout's (not yet canonical) document."""
+    return {
+        "components": [_actuator_to_dict(component) for component in action.components],
+        "clip": list(action.clip) if action.clip else None,
+    }
+
+
+def action_from_dict(data: Mapping[str, Any]) -> Action:
+    """An action layout from its canonical document."""
+    return Action(
+        *(
+            Actuator(
+                role=item.get("role"),
+                dim=int(item["dim"]),
+                encoding=encoding_from_wire(item.get("encoding")),
+                range=pair(item.get("range")),
+                scale=item.get("axis_scale", item.get("scale")),
+                offset=item.get("axis_offset", item.get("offset")),
+                invert=bool(item.get("invert", False)),
+                threshold=item.get("threshold"),
+                binary=bool(item.get("binary", False)),
+                clip=bool(item.get("clip", False)),
+                fill=float(item.get("fill", 0.0)),
+                optional=bool(item.get("optional", False)),
+                frame=item.get("frame"),
+                reference=item.get("reference"),
+                labels=item.get("labels"),
+                part=item.get("part"),
+            )
+            for item in data["components"]
+        ),
+        clip=pair(data.get("clip")),
+    )

@@ -11,7 +11,7 @@ records are per lane, as they belong to each lane's episode.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -93,6 +93,11 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
+def _available(keys: Iterable[str]) -> str:
+    """The keys a missing one was looked for among, as the message lists them."""
+    return "available: [" + ", ".join(f"'{key}'" for key in keys) + "]"
+
+
 def lookup(selected: Mapping[str, Any], source: Segments) -> Any:
     """The observation value at ``source`` (its first segment picks the top-level entry).
 
@@ -102,20 +107,18 @@ def lookup(selected: Mapping[str, Any], source: Segments) -> Any:
     first = source[0] if source else None
     key = first if isinstance(first, str) else OBS_ROOT_KEY
     if key not in selected:
-        available = ", ".join(f"'{k}'" for k in selected)
         raise ApplyError(
             f"observation is missing entry '{key}' for source '{render_placement(source)}'; "
-            f"available: [{available}]"
+            f"{_available(selected)}"
         )
     node = selected[key]
     path = source if key == OBS_ROOT_KEY else source[1:]
     for segment in path:
         if isinstance(segment, str) and isinstance(node, Mapping):
             if segment not in node:
-                available = ", ".join(f"'{k}'" for k in node)
                 raise ApplyError(
                     f"observation path '{render_placement(path)}' is missing key '{segment}'; "
-                    f"available: [{available}]"
+                    f"{_available(node)}"
                 )
             node = node[segment]
         elif isinstance(segment, int) and isinstance(node, (list, tuple)):

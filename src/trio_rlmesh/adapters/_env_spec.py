@@ -4,7 +4,8 @@ An env tags each observation leaf with a role and the few facts its space cannot
 image's axis layout, a rotation's encoding, a range the space leaves open); widths, dtypes
 and bounds come from the spaces when a pairing resolves. ``observation`` is a tree whose
 containers are the space's own: a ``dict`` for a ``Dict`` space, a ``tuple`` for a
-``Tuple`` space, a bare leaf for a single-leaf space.
+``Tuple`` space, a bare leaf for a single-leaf space. The tags' JSON document is written and
+read here too (see :mod:`._shape`).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias, Union
 
 from .._errors import SpecError
-from ._action_spec import Action
+from ._action_spec import Action, action_from_dict, action_to_dict, encoding_to_wire
 from ._coerce import check_accept_set, check_labels, hashable_node, one_or_many
+from ._shape import document_in, json_round_trip, pair, read_tree, walk_tree, write_present
 from ._vocab import ENV_METADATA_KEY, Frame, ImageLayout, Provenance, RotationEncoding
+from ._wire import UnknownLeaf, read_env
 
 __all__ = [
     "EnvTags",
@@ -228,9 +231,11 @@ class EnvTags:
 
     def to_dict(self) -> dict[str, Any]:
         """These tags as RLMesh's JSON document (every default written out)."""
-        from ._shape import env_tags_to_dict
-
-        return env_tags_to_dict(self)
+        raw = {
+            "observation": _obs_node_to_dict(self.observation),
+            "action": action_to_dict(self.action),
+        }
+        return read_env(json_round_trip(raw), strict=True)[0]
 
     def to_json(self) -> str:
         """These tags as a JSON string (sorted keys)."""
@@ -243,9 +248,8 @@ class EnvTags:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EnvTags:
         """Tags from their JSON document (validated first)."""
-        from ._shape import env_tags_from_dict
-
-        return env_tags_from_dict(data)
+        doc = read_env(json_round_trip(data), strict=True)[0]
+        return EnvTags(_obs_node_from_dict(doc["observation"]), action_from_dict(doc["action"]))
 
     @classmethod
     def from_json(cls, payload: str) -> EnvTags:
@@ -255,11 +259,76 @@ class EnvTags:
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any]) -> EnvTags | None:
         """The tags in env metadata, or ``None`` when it carries none."""
-        payload = metadata.get(ENV_METADATA_KEY)
-        if payload is None:
-            return None
-        if not isinstance(payload, Mapping):
-            from ._errors import AdapterResolutionError
+        payload = document_in(metadata, ENV_METADATA_KEY)
+        return None if payload is None else cls.from_dict(payload)
 
-            raise AdapterResolutionError(f"metadata key {ENV_METADATA_KEY!r} must hold a mapping")
-        return cls.from_dict(payload)
+
+# ------------------------------------------------------------------------------------------
+# Documents
+
+
+# What a StateTag and a Field say about their numbers besides the encoding and range.
+_FACTS = ("frame", "provenance", "part", "labels")
+
+
+def _numbers_to_dict(out: dict[str, Any], leaf: StateTag | Field) -> dict[str, Any]:
+    """``out`` with what a :class:`StateTag` and a :class:`Field` both write."""
+    out["encoding"] = encoding_to_wire(leaf.encoding)
+    out["range"] = list(leaf.range) if leaf.range else None
+    return write_present(out, leaf, _FACTS)
+
+
+def _numbers_from_dict(item: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments a :class:`StateTag` and a :class:`Field` both take."""
+    facts = {name: item.get(name) for name in _FACTS}
+    return {"encoding": one_or_many(item["encoding"]), "range": pair(item["range"]), **facts}
+
+
+def _obs_leaf_to_dict(leaf: Any) -> dict[str, Any]:
+    if isinstance(leaf, ImageTag):
+        image: dict[str, Any] = {
+            "type": "image",
+            "role": leaf.role,
+            "layout": leaf.layout,
+            "upside_down": leaf.upside_down,
+        }
+        if leaf.part is not None:
+            image["part"] = leaf.part
+        return image
+    if isinstance(leaf, StateTag):
+        return _numbers_to_dict({"type": "state", "role": leaf.role}, leaf)
+    if isinstance(leaf, Split):
+        fields = [_numbers_to_dict({"role": f.role, "dim": f.dim}, f) for f in leaf.fields]
+        return {"type": "split", "fields": fields}
+    return {"type": "text", "role": leaf.role}
+
+
+def _is_obs_leaf(node: Any) -> bool:
+    return isinstance(node, (ImageTag, StateTag, TextTag, Split))
+
+
+def _obs_node_to_dict(node: Any) -> Any:
+    """An observation tag tree's (not yet canonical) document."""
+    return walk_tree(node, _obs_leaf_to_dict, _is_obs_leaf, "observation")
+
+
+def _obs_leaf_from_dict(item: Any) -> Any:
+    if isinstance(item, UnknownLeaf):
+        return item
+    kind = item["type"]
+    if kind == "image":
+        return ImageTag(item["role"], item["layout"], item["upside_down"], part=item.get("part"))
+    if kind == "state":
+        return StateTag(item["role"], **_numbers_from_dict(item))
+    if kind == "split":
+        return Split(*(Field(f["role"], f["dim"], **_numbers_from_dict(f)) for f in item["fields"]))
+    return TextTag(item["role"])
+
+
+def _is_obs_document_leaf(node: Any) -> bool:
+    return isinstance(node, UnknownLeaf) or "type" in node
+
+
+def _obs_node_from_dict(node: Any) -> Any:
+    """The tag tree of a canonical observation document (unknown kinds stay unknown)."""
+    return read_tree(node, _obs_leaf_from_dict, _is_obs_document_leaf)

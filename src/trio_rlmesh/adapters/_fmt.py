@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import decimal
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 __all__ = [
     "debug_float",
@@ -84,42 +84,41 @@ def _plain(digits: str, exponent: int) -> str:
     return digits[: exponent + 1] + "." + digits[exponent + 1 :]
 
 
-def _non_finite(value: float) -> str | None:
-    """Rust's spelling of NaN and the infinities (both formats agree), else ``None``."""
+def _rust_float(value: float, zero: str, finite: Callable[[str, int, float], str]) -> str:
+    """What both of Rust's float formats share: NaN and the infinities spelled as Rust does,
+    the sign (negative zero keeps it), ``zero`` for a zero, else ``finite(digits, exponent,
+    magnitude)`` (:func:`_digits`'s answer and ``abs(value)``) after the sign."""
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
-    return None
+    sign = "-" if math.copysign(1.0, value) < 0 else ""
+    if value == 0:
+        return sign + zero
+    digits, exponent = _digits(value)
+    return sign + finite(digits, exponent, abs(value))
+
+
+def _display_finite(digits: str, exponent: int, magnitude: float) -> str:
+    return _plain(digits, exponent)
+
+
+def _debug_finite(digits: str, exponent: int, magnitude: float) -> str:
+    if 1e-4 <= magnitude < 1e16:
+        plain = _plain(digits, exponent)
+        return plain if "." in plain else plain + ".0"
+    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+    return f"{mantissa}e{exponent}"
 
 
 def display_float(value: float) -> str:
     """Rust's ``{}`` for an ``f64``: ``1``, ``0.5``, ``-2.25``, ``0.0000001``."""
-    special = _non_finite(value)
-    if special is not None:
-        return special
-    sign = "-" if math.copysign(1.0, value) < 0 else ""
-    if value == 0:
-        return sign + "0"
-    digits, exponent = _digits(value)
-    return sign + _plain(digits, exponent)
+    return _rust_float(value, "0", _display_finite)
 
 
 def debug_float(value: float) -> str:
     """Rust's ``{:?}`` for an ``f64``: ``1.0``, ``0.5``, ``1e-5``, ``1e16``."""
-    special = _non_finite(value)
-    if special is not None:
-        return special
-    sign = "-" if math.copysign(1.0, value) < 0 else ""
-    if value == 0:
-        return sign + "0.0"
-    magnitude = abs(value)
-    digits, exponent = _digits(value)
-    if 1e-4 <= magnitude < 1e16:
-        plain = _plain(digits, exponent)
-        return sign + (plain if "." in plain else plain + ".0")
-    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-    return f"{sign}{mantissa}e{exponent}"
+    return _rust_float(value, "0.0", _debug_finite)
 
 
 def quoted_range(pair: tuple[float, float]) -> str:

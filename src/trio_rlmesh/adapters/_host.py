@@ -18,11 +18,10 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from ._action_spec import Action, Actuator, CustomEncoding
+from ._action_spec import Action, Actuator, CustomEncoding, action_to_dict
 from ._errors import AdapterResolutionError, ApplyError
 from ._fmt import render_placement
-from ._model_spec import Concat, Custom, Image, ModelSpec, State, Text
-from ._shape import action_to_dict, model_leaf_to_dict
+from ._model_spec import Concat, Custom, Image, ModelSpec, State, Text, model_leaf_to_dict
 from ._vocab import LOCAL_ARM, ROTATION_DIMS
 
 __all__ = [

@@ -2,9 +2,9 @@
 
 API (stable; the resolver builds one :class:`ImagePipeline` per model image input):
 
-- Vocabularies: :data:`IMAGE_LAYOUTS`, :data:`FIT_MODES`, :data:`CROP_MODES`,
-  :data:`CHANNEL_ORDERS`, :data:`RESAMPLES` (from :mod:`._image_resample`) and
-  :data:`DTYPES` (from :mod:`._image_cast`), each in RLMesh 0.1.0's order.
+- Vocabularies: the choices below are :mod:`._vocab`'s (:data:`~._vocab.IMAGE_LAYOUTS`,
+  :data:`~._vocab.FIT_MODES`, :data:`~._vocab.CROP_MODES`, :data:`~._vocab.CHANNEL_ORDERS`,
+  :data:`~._vocab.RESAMPLES`, :data:`~._vocab.DTYPES`), shared with the spec layer.
 - :class:`ImagePipeline` ``(src_layout, src_range, flip, jpeg_quality, crop, crop_mode,
   size, fit, resample, channel_order, normalize, dtype, dst_layout, lead_dims, src_size)``:
   every decision the resolver makes for one input, frozen. ``pipeline(frame)`` runs it on
@@ -60,7 +60,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from ._image_cast import DTYPES, CastError, checked_cast, normalize, to_uint8
+from ._image_cast import CastError, checked_cast, normalize, to_uint8
 from ._image_codec import (
     ADAPTERS_EXTRA,
     ImageDecodeError,
@@ -68,16 +68,11 @@ from ._image_codec import (
     jpeg_round_trip,
     require_pillow,
 )
-from ._image_resample import RESAMPLES, AxisWeights, axis_weights, resample
+from ._image_resample import AxisWeights, axis_weights, resample
+from ._vocab import CHANNEL_ORDERS, CROP_MODES, DTYPES, FIT_MODES, IMAGE_LAYOUTS, RESAMPLES
 
 __all__ = [
     "ADAPTERS_EXTRA",
-    "CHANNEL_ORDERS",
-    "CROP_MODES",
-    "DTYPES",
-    "FIT_MODES",
-    "IMAGE_LAYOUTS",
-    "RESAMPLES",
     "AxisWeights",
     "CastError",
     "Geometry",
@@ -94,11 +89,6 @@ __all__ = [
     "resample",
     "to_uint8",
 ]
-
-IMAGE_LAYOUTS: tuple[str, ...] = ("hwc", "chw")
-FIT_MODES: tuple[str, ...] = ("stretch", "crop", "pad")
-CROP_MODES: tuple[str, ...] = ("zoom", "slice")
-CHANNEL_ORDERS: tuple[str, ...] = ("rgb", "bgr")
 
 
 def _round_half_away(value: float) -> int:

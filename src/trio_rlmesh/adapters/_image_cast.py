@@ -1,9 +1,8 @@
 """Pixel value conversions: into 8-bit, out to the model's range and dtype, checked casts.
 
 API (stable; :mod:`._image` uses all of it, and the state and action paths use
-:func:`checked_cast` and :data:`DTYPES` for their own outputs):
+:func:`checked_cast` for their own outputs; the dtype names are :data:`._vocab.DTYPES`):
 
-- :data:`DTYPES`: the dtype names a model input may ask for (RLMesh 0.1.0's set).
 - :func:`checked_cast(values, dtype) <checked_cast>`: numpy ``astype`` for a float target;
   for an integer or bool target, refuses (:class:`CastError`) a non-integral or out-of-range
   value instead of truncating or wrapping, naming the first offending element in C order
@@ -22,38 +21,17 @@ import numpy.typing as npt
 
 from .._errors import Error
 from ._fmt import display_float
+from ._vocab import DTYPES
 
-__all__ = ["DTYPES", "CastError", "checked_cast", "normalize", "to_uint8"]
+__all__ = ["CastError", "checked_cast", "normalize", "to_uint8"]
 
-DTYPES: tuple[str, ...] = (
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-)
-"""The dtype names a model input may declare (RLMesh 0.1.0 refuses any other at resolve)."""
-
-# RLMesh names an integer dtype by its Rust enum variant in the out-of-range message.
-_VARIANT = {
-    "bool": "Bool",
-    "int8": "Int8",
-    "int16": "Int16",
-    "int32": "Int32",
-    "int64": "Int64",
-    "uint8": "Uint8",
-    "uint16": "Uint16",
-    "uint32": "Uint32",
-    "uint64": "Uint64",
-}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _variant(dtype: str) -> str:
+    """RLMesh's name for an integer dtype in its out-of-range message: its Rust enum variant,
+    which is the dtype's name capitalized (``uint16`` → ``Uint16``)."""
+    return dtype.capitalize()
 
 
 class CastError(Error, ValueError):
@@ -99,7 +77,7 @@ def checked_cast(values: npt.ArrayLike, dtype: str) -> npt.NDArray[np.generic]:
         if array.size and (array.min() < low or array.max() > high):
             outside = (array < low) | (array > high)
             first = int(array.reshape(-1)[int(np.argmax(outside.reshape(-1)))])
-            raise CastError(f"value {first} is out of range for {_VARIANT[dtype]}")
+            raise CastError(f"value {first} is out of range for {_variant(dtype)}")
         return array.astype(target)
     wide = array.astype(np.float64)
     with np.errstate(invalid="ignore"):
@@ -113,7 +91,7 @@ def checked_cast(values: npt.ArrayLike, dtype: str) -> npt.NDArray[np.generic]:
             raise CastError(f"cannot cast non-integral value {display_float(value)} to {dtype}")
         # RLMesh saturates to i64 before the range check, so a huge value reads as i64's edge.
         clamped = min(max(int(value), _INT64_MIN), _INT64_MAX)
-        raise CastError(f"value {clamped} is out of range for {_VARIANT[dtype]}")
+        raise CastError(f"value {clamped} is out of range for {_variant(dtype)}")
     return wide.astype(target)
 
 

@@ -1,8 +1,7 @@
 """Separable image resampling: per-axis weights computed once, applied as a few numpy ops.
 
-API (stable; :mod:`._image` builds on it):
+API (stable; :mod:`._image` builds on it; the algorithm names are :data:`._vocab.RESAMPLES`):
 
-- :data:`RESAMPLES`: the algorithm names RLMesh 0.1.0 accepts, in its order.
 - :func:`axis_weights(src, dst, resample, box=None) <axis_weights>` → :class:`AxisWeights`:
   for each of ``dst`` output positions, the source indices and float64 weights of its taps,
   cached per argument tuple (a plan pays for them once).
@@ -37,10 +36,9 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["RESAMPLES", "AxisWeights", "axis_weights", "resample"]
+from ._vocab import RESAMPLES
 
-RESAMPLES: tuple[str, ...] = ("bilinear", "bilinear_aa", "bicubic_aa", "lanczos3_aa", "area")
-"""Resample algorithms, as RLMesh 0.1.0 lists them (``rlmesh._rlmesh.RESAMPLES``)."""
+__all__ = ["AxisWeights", "axis_weights", "resample"]
 
 _Kernel = Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]
 

@@ -2,7 +2,8 @@
 
 A model spec's ``input`` is a tree whose containers are the payload's own (a ``dict``, a
 ``tuple``, or a bare leaf); a leaf's position in the tree is where its value lands, so
-leaves carry no key, and one env role may feed several leaves.
+leaves carry no key, and one env role may feed several leaves. The spec's JSON document is
+written and read here too (see :mod:`._shape`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,16 @@ from dataclasses import InitVar, dataclass, field
 from typing import Any, Literal, TypeAlias, Union, cast
 
 from .._errors import SpecError
-from ._action_spec import Action, CustomEncoding
+from ._action_spec import (
+    Action,
+    CustomEncoding,
+    action_from_dict,
+    action_to_dict,
+    encoding_from_wire,
+    encoding_to_wire,
+)
 from ._coerce import axis_or_scalar, check_accept_set, check_labels, hashable_node, one_or_many
+from ._shape import document_in, json_round_trip, pair, read_tree, walk_tree, write_scaled
 from ._vocab import (
     MODEL_METADATA_KEY,
     ChannelOrder,
@@ -29,6 +38,7 @@ from ._vocab import (
     StackPad,
     StackSpec,
 )
+from ._wire import read_model
 
 __all__ = [
     "Concat",
@@ -44,6 +54,8 @@ __all__ = [
     "Rotation",
     "State",
     "Text",
+    "is_model_leaf",
+    "model_leaf_to_dict",
 ]
 
 ObsTransform: TypeAlias = Callable[[Mapping[str, Any]], Any]
@@ -459,9 +471,11 @@ class ModelSpec:
         Raises:
             SpecError: a :class:`Custom` input (its code cannot be published).
         """
-        from ._shape import model_spec_to_dict
-
-        return model_spec_to_dict(self)
+        raw = {
+            "input": walk_tree(self.input, model_leaf_to_dict, is_model_leaf, "model input"),
+            "output": action_to_dict(self.output),
+        }
+        return read_model(json_round_trip(raw), strict=True, allow_custom=False)[0]
 
     def to_json(self) -> str:
         """This spec as a JSON string (sorted keys)."""
@@ -474,9 +488,8 @@ class ModelSpec:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelSpec:
         """A spec from its JSON document (validated first)."""
-        from ._shape import model_spec_from_dict
-
-        return model_spec_from_dict(data)
+        doc = read_model(json_round_trip(data), strict=True)[0]
+        return ModelSpec(_input_node_from_dict(doc["input"]), action_from_dict(doc["output"]))
 
     @classmethod
     def from_json(cls, payload: str) -> ModelSpec:
@@ -486,11 +499,255 @@ class ModelSpec:
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any]) -> ModelSpec | None:
         """The spec in model metadata, or ``None`` when it carries none."""
-        payload = metadata.get(MODEL_METADATA_KEY)
-        if payload is None:
-            return None
-        if not isinstance(payload, Mapping):
-            from ._errors import AdapterResolutionError
+        payload = document_in(metadata, MODEL_METADATA_KEY)
+        return None if payload is None else cls.from_dict(payload)
 
-            raise AdapterResolutionError(f"metadata key {MODEL_METADATA_KEY!r} must hold a mapping")
-        return cls.from_dict(payload)
+
+# ------------------------------------------------------------------------------------------
+# Documents
+
+
+def _image_to_dict(item: Image) -> dict[str, Any]:
+    image: dict[str, Any] = {
+        "type": "image",
+        "role": item.role,
+        "height": item.height,
+        "width": item.width,
+        "layout": item.layout,
+        "dtype": item.dtype,
+        "normalize": list(item.normalize) if isinstance(item.normalize, tuple) else item.normalize,
+        "lead_dims": item.lead_dims,
+        "upside_down": item.upside_down,
+        "resample": item.resample,
+    }
+    if item.stack != 1:
+        image["stack"] = item.stack
+    for name in ("allow_upscale", "optional"):
+        if getattr(item, name):
+            image[name] = True
+    for name in ("fit", "channels", "fill", "crop", "crop_area", "jpeg_quality", "part"):
+        value = getattr(item, name)
+        if value is not None:
+            image[name] = list(value) if isinstance(value, tuple) else value
+    for name, default in (("crop_mode", "zoom"), ("channel_order", "rgb"), ("stack_pad", "first")):
+        value = getattr(item, name)
+        if value != default:
+            image[name] = value
+    for name in ("render", "offsets"):
+        value = getattr(item, name)
+        if value is not None:
+            image[name] = list(value)
+    return image
+
+
+_PART_DEFAULTS: dict[str, Any] = {
+    "encoding": None,
+    "dim": None,
+    "index": None,
+    "range": None,
+    "optional": False,
+    "fill": 0.0,
+    "post_rotate": None,
+    "scale": None,
+    "offset": None,
+    "frame": None,
+    "provenance": None,
+    "part": None,
+    "labels": None,
+    "source": "observation",
+}
+
+
+def _part_to_dict(part: State | Constant) -> Any:
+    if isinstance(part, Constant):
+        constant: dict[str, Any] = {"dim": part.dim}
+        if part.fill != 0.0:
+            constant["fill"] = part.fill
+        return constant
+    if all(getattr(part, name) == value for name, value in _PART_DEFAULTS.items()):
+        return part.role
+    out: dict[str, Any] = {"role": part.role}
+    if part.source == "action":
+        out["source"] = "action"
+    if part.encoding is not None:
+        out["encoding"] = encoding_to_wire(part.encoding)
+    for name in ("dim", "index"):
+        value = getattr(part, name)
+        if value is not None:
+            out[name] = value
+    if part.optional:
+        out["optional"] = True
+    if part.range is not None:
+        out["range"] = list(part.range)
+    if part.fill != 0.0:
+        out["fill"] = part.fill
+    if part.post_rotate is not None:
+        out["post_rotate"] = {
+            "encoding": part.post_rotate.encoding,
+            "value": list(part.post_rotate.value),
+        }
+    write_scaled(out, part)
+    if part.frame is not None:
+        out["frame"] = part.frame
+    if isinstance(part.provenance, tuple):
+        out["provenance"] = list(part.provenance)
+    elif part.provenance is not None:
+        out["provenance"] = part.provenance
+    if part.part is not None:
+        out["part"] = part.part
+    if part.labels is not None:
+        out["labels"] = list(part.labels)
+    return out
+
+
+def _state_to_dict(item: State | Concat) -> dict[str, Any]:
+    parts: tuple[State | Constant, ...]
+    if isinstance(item, State):
+        parts = (item,)
+    else:
+        parts = tuple(State(p) if isinstance(p, str) else p for p in item.parts)
+    state: dict[str, Any] = {
+        "type": "state",
+        "components": [_part_to_dict(part) for part in parts],
+        "pad_to": item.pad_to,
+        "dtype": item.dtype,
+        # () is a real 0-D target; only None means "no reshape".
+        "reshape": list(item.reshape) if item.reshape is not None else None,
+        "container": item.container,
+    }
+    if item.clip is not None:
+        state["clip"] = list(item.clip)
+    return state
+
+
+def model_leaf_to_dict(item: Any) -> dict[str, Any]:
+    """One model input leaf's (not yet canonical) document.
+
+    Raises:
+        SpecError: a :class:`Custom` input: its code has no wire form.
+    """
+    if isinstance(item, Image):
+        return _image_to_dict(item)
+    if isinstance(item, (State, Concat)):
+        return _state_to_dict(item)
+    if isinstance(item, Text):
+        return {"type": "text", "role": item.role, "container": item.container, "fill": item.fill}
+    if item.entrypoint is None:
+        raise SpecError(
+            "custom input holds an in-process callable and cannot be "
+            "serialized; use Custom(entrypoint='module:callable') instead"
+        )
+    raise SpecError(
+        f"custom input carries an entrypoint ({item.entrypoint!r}) and "
+        "cannot be published in v1 contract metadata; resolve the spec "
+        "locally (the model spec need not travel), or wait for the "
+        "allowlist-gated trust system"
+    )
+
+
+def is_model_leaf(node: Any) -> bool:
+    """Whether ``node`` is a model input leaf (not a container)."""
+    return isinstance(node, (Image, State, Concat, Text, Custom))
+
+
+def _part_from_dict(item: Any) -> Any:
+    if isinstance(item, str):
+        return item
+    if "role" not in item:
+        return Constant(dim=int(item["dim"]), fill=float(item.get("fill", 0.0)))
+    post_rotate = item.get("post_rotate")
+    return State(
+        item["role"],
+        encoding_from_wire(item.get("encoding")),
+        item.get("dim"),
+        item.get("index"),
+        bool(item.get("optional", False)),
+        pair(item.get("range")),
+        fill=float(item.get("fill", 0.0)),
+        post_rotate=None
+        if post_rotate is None
+        else Rotation(
+            encoding=post_rotate["encoding"],
+            value=tuple(float(v) for v in post_rotate["value"]),
+        ),
+        scale=item.get("axis_scale", item.get("scale")),
+        offset=item.get("axis_offset", item.get("offset")),
+        frame=item.get("frame"),
+        provenance=one_or_many(item.get("provenance")),
+        part=item.get("part"),
+        labels=item.get("labels"),
+        source=item.get("source", "observation"),
+    )
+
+
+def _state_from_dict(data: Mapping[str, Any]) -> State | Concat:
+    leaf: dict[str, Any] = {
+        "pad_to": data.get("pad_to"),
+        "dtype": data["dtype"],
+        "reshape": None if data.get("reshape") is None else tuple(data["reshape"]),
+        "container": data.get("container", "array"),
+        "clip": pair(data.get("clip")),
+    }
+    parts = tuple(_part_from_dict(part) for part in data["components"])
+    # One parameterized part reads back as a State; a bare role or several parts as a Concat
+    # (the two forms write the same document, so State is the natural reading).
+    if len(parts) == 1 and isinstance(parts[0], State):
+        base = parts[0]
+        fields = {name: getattr(base, name) for name in _PART_DEFAULTS}
+        return State(base.role, **fields, **leaf)
+    return Concat(*parts, **leaf)
+
+
+def _model_leaf_from_dict(data: Mapping[str, Any]) -> Any:
+    """One model input leaf from its canonical document."""
+    kind = data["type"]
+    if kind == "image":
+        normalize = data["normalize"]
+        return Image(
+            data["role"],
+            data["height"],
+            data["width"],
+            data["layout"],
+            data.get("channels"),
+            data["dtype"],
+            pair(normalize) or False if isinstance(normalize, list) else bool(normalize),
+            data["lead_dims"],
+            data["upside_down"],
+            data["resample"],
+            data.get("allow_upscale", False),
+            one_or_many(data.get("fit")),
+            data.get("optional", False),
+            data.get("fill"),
+            data.get("stack", 1),
+            crop=data.get("crop"),
+            crop_area=data.get("crop_area"),
+            crop_mode=data.get("crop_mode", "zoom"),
+            jpeg_quality=data.get("jpeg_quality"),
+            channel_order=data.get("channel_order", "rgb"),
+            render=None if data.get("render") is None else tuple(data["render"]),
+            offsets=None if data.get("offsets") is None else tuple(data["offsets"]),
+            stack_pad=data.get("stack_pad", "first"),
+            part=data.get("part"),
+        )
+    if kind == "state":
+        return _state_from_dict(data)
+    if kind == "text":
+        return Text(data["role"], data["container"], data["fill"])
+    transform = data["transform"]
+    if transform.startswith("host:"):
+        raise SpecError(
+            f"custom input carries a host-placeholder transform ({transform!r}); it "
+            "references a host-side callable that stayed local during resolve and cannot be "
+            "reconstructed from the wire form -- resolve the spec locally instead of routing "
+            "its internal wire form back through from_dict"
+        )
+    return Custom(entrypoint=transform)
+
+
+def _is_input_document_leaf(node: Any) -> bool:
+    return "type" in node
+
+
+def _input_node_from_dict(node: Any) -> Any:
+    """The model input tree of a canonical input document."""
+    return read_tree(node, _model_leaf_from_dict, _is_input_document_leaf)

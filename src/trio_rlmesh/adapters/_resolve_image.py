@@ -12,11 +12,11 @@ import numpy as np
 from ._advice import Advisory
 from ._errors import AdapterResolutionError
 from ._fmt import display_float, quoted, quoted_list, render_placement
-from ._image import DTYPES, ImagePipeline, crop_size
+from ._image import ImagePipeline, crop_size
 from ._join import EnvFeatures, EnvImage
 from ._plans import ImagePlan
 from ._resolve_common import Notes, by_part, fail, offers, refuse_unknown_kind, where
-from ._vocab import FIT_MODES, MAX_STACK_SPAN, RESAMPLES, is_sanctioned
+from ._vocab import DTYPES, FIT_MODES, MAX_STACK_SPAN, RESAMPLES, is_sanctioned
 
 __all__ = ["plan_image"]
 

@@ -11,7 +11,6 @@ import numpy as np
 from ._advice import Advisory
 from ._errors import AdapterResolutionError
 from ._fmt import debug_float, quoted, quoted_list, render_placement
-from ._image import DTYPES
 from ._join import EnvFeatures, EnvState
 from ._plans import ConstPiece, EnvPiece, FillPiece, Piece, PreviousPiece, StatePlan
 from ._resolve_common import (
@@ -27,7 +26,7 @@ from ._resolve_common import (
     where,
 )
 from ._rotation import RotationConversion, rotation_matrix
-from ._vocab import ROTATION_DIMS
+from ._vocab import DTYPES, ROTATION_DIMS
 
 __all__ = ["ModelOutputs", "plan_state", "select_encoding"]
 

@@ -3,8 +3,8 @@
 API (stable; the resolver builds one :class:`RotationConversion` per state part or actuator
 whose encodings differ, or that has a ``post_rotate``):
 
-- :data:`ROTATION_DIMS`: encoding → width, RLMesh 0.1.0's vocabulary and order.
-  :data:`DIRECTIONS` holds the encodings that are directions, not rotations
+- The encodings and their widths are :mod:`._vocab`'s (:data:`~._vocab.ROTATION_DIMS`);
+  :data:`~._vocab.DIRECTIONS` holds the encodings that are directions, not rotations
   (``gravity_xyz``): anything converts into them, nothing out of them.
 - :func:`to_matrix(values, encoding) <to_matrix>`: ``(..., width)`` → ``(..., 3, 3)``
   float32 rotation matrices; :func:`from_matrix(matrices, encoding) <from_matrix>` back.
@@ -45,29 +45,15 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from ._vocab import DIRECTIONS, ENCODING_ORDER, ROTATION_DIMS
+
 __all__ = [
-    "DIRECTIONS",
-    "ROTATION_DIMS",
     "RotationConversion",
     "convert_rotation",
     "from_matrix",
     "rotation_matrix",
     "to_matrix",
 ]
-
-ROTATION_DIMS: dict[str, int] = {
-    "quat_xyzw": 4,
-    "quat_wxyz": 4,
-    "axis_angle": 3,
-    "rot6d": 6,
-    "rot6d_rowmajor": 6,
-    "euler_xyz": 3,
-    "gravity_xyz": 3,
-}
-"""Every encoding and its width, in RLMesh 0.1.0's order (``RotationEncoding``)."""
-
-DIRECTIONS: frozenset[str] = frozenset({"gravity_xyz"})
-"""Encodings that are directions: a conversion may end in one, never start from one."""
 
 _EPS = 1e-8
 _F32 = np.float32
@@ -84,7 +70,7 @@ _Matrix = tuple[_Num, _Num, _Num, _Num, _Num, _Num, _Num, _Num, _Num]  # row-maj
 def _check(encoding: str, *, source: bool) -> None:
     if encoding not in ROTATION_DIMS:
         raise ValueError(
-            f"unknown rotation encoding {encoding!r}; expected one of {', '.join(ROTATION_DIMS)}"
+            f"unknown rotation encoding {encoding!r}; expected one of {', '.join(ENCODING_ORDER)}"
         )
     if source and encoding in DIRECTIONS:
         raise ValueError(f"{encoding!r} is a direction, not a rotation: nothing converts out of it")

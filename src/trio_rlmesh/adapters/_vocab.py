@@ -25,6 +25,8 @@ __all__ = [
     "CHANNEL_ORDERS",
     "COMMAND_BASE_VEL",
     "CROP_MODES",
+    "DIRECTIONS",
+    "DTYPES",
     "EEF_POS",
     "EEF_ROT",
     "EEF_WRENCH",
@@ -168,6 +170,24 @@ ROTATION_DIMS: Final[dict[str, int]] = {
     "rot6d": 6,
     "rot6d_rowmajor": 6,
 }
+DIRECTIONS: Final[frozenset[str]] = frozenset({"gravity_xyz"})
+"""Encodings that are directions: a conversion may end in one, never start from one."""
+
+DTYPES: Final[tuple[str, ...]] = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+)
+"""The dtype names a model input may declare (RLMesh 0.1.0 refuses any other at resolve)."""
 
 MAX_STACK: Final = 64
 """Most frames one image input may stack."""

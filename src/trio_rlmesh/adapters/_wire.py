@@ -498,6 +498,14 @@ def _scale_pair(f: _Fields, out: dict[str, Any], who: str) -> None:
         value = f.get(name)
         if value is not None:
             values[name] = _axis(value)
+    _check_scale_forms(values, who)
+    for name in ("scale", "offset", "axis_scale", "axis_offset"):
+        if name in values:
+            out[name] = values[name]
+
+
+def _check_scale_forms(values: Mapping[str, Any], who: str) -> None:
+    """Each of scale and offset is a scalar or a non-empty per-axis vector, not both."""
     for name in ("scale", "offset"):
         if name in values and f"axis_{name}" in values:
             _fail(
@@ -506,9 +514,6 @@ def _scale_pair(f: _Fields, out: dict[str, Any], who: str) -> None:
             )
         if f"axis_{name}" in values and not values[f"axis_{name}"]:
             _fail(f"{who}: axis_{name} must carry at least one value")
-    for name in ("scale", "offset", "axis_scale", "axis_offset"):
-        if name in values:
-            out[name] = values[name]
 
 
 def _check_labels(labels: list[str], who: str) -> None:
@@ -921,14 +926,7 @@ def _check_actuator(actuator: dict[str, Any]) -> None:
                 "frame/reference/part/labels (an opaque actuator is already always filled)"
             )
         return
-    for name in ("scale", "offset"):
-        if name in actuator and f"axis_{name}" in actuator:
-            _fail(
-                f"{who}: sets both {name} and axis_{name}; a quantity is a scalar or a "
-                "per-axis vector, not both"
-            )
-        if f"axis_{name}" in actuator and not actuator[f"axis_{name}"]:
-            _fail(f"{who}: axis_{name} must carry at least one value")
+    _check_scale_forms(actuator, who)
     labels = actuator.get("labels")
     if labels is not None:
         _check_labels(labels, who)
