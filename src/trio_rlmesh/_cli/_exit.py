@@ -154,10 +154,11 @@ class Interrupts:
     run or stops the server) and starts a watchdog: if the loop has not taken it within
     :data:`LOOP_ANSWER` seconds (user code running inline holds the loop), or if the process
     is still alive ``grace`` seconds later (cleanup is stuck, or interpreter shutdown waits
-    for a stuck worker thread), it ends the process. A second signal ends it at once. Ending
-    the process writes the command's last words first (:meth:`last_words`: a run's finished
-    episodes), unless its normal output is already written, and exits with
-    ``exit_code(first signal)``.
+    for a stuck worker thread), it ends the process (``grace=None``: a slow stop never
+    does, as a server asked to drain without a limit must not be cut short). A second
+    signal ends it at once. Ending the process writes the command's last words first
+    (:meth:`last_words`: a run's finished episodes), unless its normal output is already
+    written, and exits with ``exit_code(first signal)``.
 
     The handlers are plain ``signal.signal`` handlers, not trio's signal receiver: Python
     runs them in the main thread even while the trio loop is busy, or after ``trio.run``
@@ -167,7 +168,7 @@ class Interrupts:
 
     SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, *, grace: float, exit_code: Callable[[signal.Signals], int]) -> None:
+    def __init__(self, *, grace: float | None, exit_code: Callable[[signal.Signals], int]) -> None:
         self.grace = grace
         self.received: signal.Signals | None = None
         """The first signal, once one came."""
@@ -249,20 +250,24 @@ class Interrupts:
         # Written here, not in the handler: a handler that writes could interrupt the main
         # thread in the middle of its own write to the same stream.
         name = self.received.name if self.received is not None else "the signal"
+        grace = self.grace
+        at_most = "" if grace is None else f" (at most {grace:g} s)"
         with contextlib.suppress(Exception):
             sys.stderr.write(
-                f"trio-rlmesh: stopping after {name} (at most {self.grace:g} s); "
-                "send it again to exit now\n"
+                f"trio-rlmesh: stopping after {name}{at_most}; send it again to exit now\n"
             )
             sys.stderr.flush()
         started = time.monotonic()
-        if self._loop_running and not self._taken.wait(min(LOOP_ANSWER, self.grace)):
+        answer = LOOP_ANSWER if grace is None else min(LOOP_ANSWER, grace)
+        if self._loop_running and not self._taken.wait(answer):
             self.exit_now(
                 f"the event loop did not take {name} within {LOOP_ANSWER:g} s (user code "
                 "running inline on it has not returned, and is left running)"
             )
-        time.sleep(max(0.0, self.grace - (time.monotonic() - started)))
-        self.exit_now(f"still stopping {self.grace:g} s after {name}")
+        if grace is None:
+            return
+        time.sleep(max(0.0, grace - (time.monotonic() - started)))
+        self.exit_now(f"still stopping {grace:g} s after {name}")
 
     def exit_now(self, why: str) -> None:
         """End the process now: last words (if still owed), then ``os._exit``."""

@@ -586,7 +586,9 @@ async def open_remote_env(
 
     Raises:
         SpecError: the endpoint serves more than one lane (use
-            :func:`open_remote_vector_env`), or no workflow edition is shared.
+            :func:`open_remote_vector_env`).
+        ProtocolError: the server speaks another protocol generation, or shares no
+            workflow edition with this client.
         TransportError: the server is unreachable or refused the token.
         OperationTimeout: connecting took longer than ``connect_timeout``.
 

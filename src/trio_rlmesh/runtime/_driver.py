@@ -46,7 +46,7 @@ from ._ids import format_request_id
 from ._interfaces import RuntimeEnv, RuntimeModel
 from ._plans import ActionPlan
 from ._report import CANCELLED_BY_CALLER, RunSetup, RunStatus, RuntimeReport, run_ending
-from ._spec import RuntimeSessionSpec, timeout_ms
+from ._spec import RuntimeSessionSpec, check_prefetch_lead, timeout_ms
 from ._telemetry import OpSinks, TelemetryRecorder
 
 __all__ = ["RuntimeDriver"]
@@ -106,10 +106,7 @@ class RuntimeDriver:
         fleet: Fleet | None = None,
         render: bool = False,
     ) -> None:
-        if prefetch_lead < 0:
-            raise SpecError(
-                f"prefetch_lead must be 0 (off) or a positive frame count, got {prefetch_lead}"
-            )
+        check_prefetch_lead(prefetch_lead)
         if render:
             check_renders(spec, env)
         self._render = render

@@ -18,6 +18,7 @@ from ._fleet import DEFAULT_FUSE_WAIT, Fleet
 from ._fleetrun import FleetRun
 from ._ids import mint_uuid7
 from ._pool import EpisodePool
+from ._spec import check_count, check_prefetch_lead, check_seconds_cap, check_timeout, seconds_cap
 from ._summary import (
     ANALYSIS_EXTRA,
     RESAMPLES,
@@ -57,7 +58,11 @@ __all__ = [
     "UserCode",
     "WorkerUnavailable",
     "busy_worker_threads",
+    "check_count",
+    "check_prefetch_lead",
+    "check_seconds_cap",
     "check_serving_user_code",
+    "check_timeout",
     "check_user_code",
     "compare_pair",
     "decimals_for",
@@ -67,5 +72,6 @@ __all__ = [
     "new_worker",
     "paired_order",
     "performance_profiles",
+    "seconds_cap",
     "summarize",
 ]

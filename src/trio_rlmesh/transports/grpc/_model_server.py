@@ -41,8 +41,9 @@ from ...protocol._internal import (
     CAP_OBSERVATION_HISTORY,
     CAPABILITY_TRUE,
     COMPONENT_MODEL,
+    check_token,
 )
-from ...runtime._internal import ServingUserCode
+from ...runtime._internal import ServingUserCode, check_timeout
 from ._backend import BackendName, ServerCall
 from ._codec import encode
 from ._handshake import MODEL_HANDSHAKE, MODEL_JOIN, MODEL_SHUTDOWN, handshake_response
@@ -439,7 +440,7 @@ async def serve_model(
             :func:`~trio_rlmesh.model.as_handler`; its code runs in a worker thread), or
             a :class:`~trio_rlmesh.model.ModelHandler`.
         address: bind address; port 0 picks a free port.
-        token: require this exact ``authorization`` header on every call (not empty).
+        token: require this exact ``authorization`` header on every call (not blank).
         name: how errors name the model.
         allow_remote_shutdown: accept the Shutdown RPC.
         max_concurrency: requests in flight per Join stream.
@@ -462,8 +463,8 @@ async def serve_model(
             address = await nursery.start(serve_model, MyModel())
     """
     check_backend(backend)
-    if token is not None and not token:
-        raise ValueError("token must not be empty (pass None to serve without one)")
+    token = check_token(token)
+    check_timeout("drain_timeout", drain_timeout)
     handler = as_handler(model, name=name, user_code=user_code)
     label = name or getattr(handler, "name", None) or type(handler).__name__
     core = ServerCore(
