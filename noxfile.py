@@ -67,7 +67,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=DEFAULT_PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on src/."""
-    session.install(".[gymnasium]", *_group("typecheck"))
+    session.install(".[gymnasium,adapters]", *_group("typecheck"))
     session.run("mypy", *session.posargs)
 
 
