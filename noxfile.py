@@ -50,7 +50,8 @@ def _group(name: str) -> list[str]:
 def tests(session: nox.Session) -> None:
     """Unit and in-memory transport tests against the installed package."""
     # The record extra: its tests run wherever Minari installs (3.11+) and say why not on 3.10.
-    session.install(".[gymnasium,record]", *_group("test"))
+    # The analysis extra: report intervals and `compare` (their fallback is tested without it).
+    session.install(".[gymnasium,record,analysis,adapters]", *_group("test"))
     # The interop suite needs the rlmesh peer and runs in its own session.
     session.run("pytest", "-m", "not interop", "--ignore=tests/interop", *session.posargs)
 
@@ -66,7 +67,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=DEFAULT_PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on src/."""
-    session.install(".[gymnasium]", *_group("typecheck"))
+    session.install(".[gymnasium,adapters]", *_group("typecheck"))
     session.run("mypy", *session.posargs)
 
 
@@ -123,7 +124,7 @@ def protos_check(session: nox.Session) -> None:
 @nox.session(python=DEFAULT_PYTHON)
 def interop(session: nox.Session) -> None:
     """Wire tests against the real rlmesh 0.1.0 peer, in both directions."""
-    session.install(".[gymnasium,record]", *_group("test"), RLMESH_PEER)
+    session.install(".[gymnasium,record,adapters]", *_group("test"), RLMESH_PEER)
     # The interop tests skip without the peer; here its absence must fail, not skip.
     session.run(
         "python", "-c", "import rlmesh; assert rlmesh.__version__ == '0.1.0', rlmesh.__version__"
@@ -159,6 +160,14 @@ def changelog(session: nox.Session) -> None:
 def changelog_check(session: nox.Session) -> None:
     """Fail when CHANGELOG.md differs from what the changelog.d/ fragments give."""
     session.run(sys.executable, "tools/changelog.py", "--check")
+
+
+@nox.session(python=DEFAULT_PYTHON)
+def probe(session: nox.Session) -> None:
+    """The abuse probe (issue 23): our env server's latency and memory under HTTP/2 attacks."""
+    session.install(".[gymnasium]")
+    env = {k: v for k, v in os.environ.items() if k == "BENCH_QUICK"}
+    session.run("python", "bench/bench_abuse.py", *session.posargs, env=env)
 
 
 @nox.session(python=DEFAULT_PYTHON)

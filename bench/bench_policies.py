@@ -26,6 +26,33 @@ def cartpole_actions(observations: Any) -> np.ndarray:
     return (score > 0).astype(np.int64)
 
 
+CHAIN_SIZE = 384
+CHAIN_MATMULS = 3
+"""A CPU-bound model's forward: this many products of ``CHAIN_SIZE``² float32 matrices, about
+2.5 ms of one CPU here with single-threaded BLAS (``bench/run.py`` asks for it)."""
+
+
+class MatmulChain:
+    """A forward whose CPU cost per call is fixed, whatever the batch: a fixed chain of
+    matrix products (numpy releases the GIL while it multiplies). The policy's actions do
+    not depend on it, so both sides still run the same episodes."""
+
+    def __init__(self) -> None:
+        rng = np.random.default_rng(0)
+        scale = np.float32(1.0 / np.sqrt(CHAIN_SIZE))
+        self.weights = [
+            rng.standard_normal((CHAIN_SIZE, CHAIN_SIZE), dtype=np.float32) * scale
+            for _ in range(CHAIN_MATMULS)
+        ]
+        self.state = rng.standard_normal((CHAIN_SIZE, CHAIN_SIZE), dtype=np.float32)
+
+    def __call__(self) -> float:
+        hidden = self.state
+        for weight in self.weights:
+            hidden = hidden @ weight
+        return float(hidden[0, 0])
+
+
 def image_action(observation: Any) -> np.int64:
     """Read one pixel; cheap, so the benchmark measures the transport, not the model."""
     return np.int64(int(observation[0, 0, 0]) % 4)
@@ -38,6 +65,17 @@ class OursCartPole(Model):
 
 class OursCartPoleBatch(Model):
     def predict_batch(self, observations: Any) -> Any:
+        return cartpole_actions(observations)
+
+
+class OursCartPoleChain(Model):
+    """The batched CartPole rule behind a :class:`MatmulChain` forward (one per call)."""
+
+    def __init__(self) -> None:
+        self.forward = MatmulChain()
+
+    def predict_batch(self, observations: Any) -> Any:
+        self.forward()
         return cartpole_actions(observations)
 
 
@@ -68,8 +106,20 @@ def theirs_models() -> dict[str, Any]:
         def predict(self, observation: Any) -> Any:
             return image_action(observation)
 
+    class TheirCartPoleChain(RlmeshModel):  # type: ignore[misc]
+        workflow_edition = "2026.06"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.forward = MatmulChain()
+
+        def predict(self, observation: Any) -> Any:
+            self.forward()
+            return cartpole_action(observation)
+
     return {
         "cartpole": TheirCartPole(),
+        "cartpole_chain": TheirCartPoleChain(),
         "vector16": TheirCartPoleBatch(),
         "image": TheirImage(),
     }

@@ -47,6 +47,9 @@ OTHER = "other"
 # (component, substrings of the function's file): first match wins, so the more
 # specific paths come first. Files under none of these are "neutral" (see below).
 _FILE_RULES: list[tuple[str, tuple[str, ...]]] = [
+    ("adapters: image kernels", ("trio_rlmesh/adapters/_image", "trio_rlmesh/_png")),
+    ("adapters: rotation kernels", ("trio_rlmesh/adapters/_rotation",)),
+    ("adapters: apply (assembly, actions)", ("trio_rlmesh/adapters/",)),
     ("remote env layer (trio_rlmesh.gym)", ("trio_rlmesh/gym/",)),
     ("codec (trio_rlmesh.spaces)", ("trio_rlmesh/spaces/",)),
     ("betterproto2 encode/decode", ("betterproto2/", "trio_rlmesh/protocol/_generated/")),

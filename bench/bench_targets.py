@@ -31,7 +31,11 @@ TARGETS: dict[str, tuple[str, float]] = {
     "7-fleet8-vs-1": ("fleet run over 8 endpoints vs 1 endpoint (5 ms steps), env-steps", 6.0),
     "7-fleet8-vs-rlmesh8": ("fleet over 8 endpoints vs 8 concurrent rlmesh.run, env-steps", 1.0),
     "7-batch": ("mean predict batch over 8 endpoints (rows, not a ratio)", 4.0),
+    "7c-fleet8-vs-rlmesh8": ("CPU-bound model: fleet over 8 vs 8 rlmesh.run, env-steps", 3.0),
+    "7c-batch": ("CPU-bound model: mean predict batch over 8 endpoints (rows)", 4.0),
     "7r-record": ("in-process CartPole recorded (Minari) vs unrecorded", 0.8),
+    "8a-adapter-camera": ("adapter step, 256->224 camera stack 2 + state, vs rlmesh", 0.5),
+    "8b-adapter-state": ("adapter step, state and text only, vs rlmesh.adapters", 1.0),
 }
 """Scenario or figure id -> (figure, target)."""
 

@@ -6,7 +6,7 @@ Usage: ``python bench/run.py [--quick] [--json PATH] [--only 1a,1b,...] [--no-pr
 
 Every scenario interleaves rounds of the two sides (A B, B A, A B, ...) after one
 discarded warm-up pair, and reports medians over rounds. The machine is shared and
-noisy: read the ratio column, not the absolute numbers. Scenarios 1-3, 5 and 6 need rlmesh
+noisy: read the ratio column, not the absolute numbers. Scenarios 1-3 and 5-8 need rlmesh
 (``rlmesh[gymnasium,numpy]==0.1.0``) and are skipped without it; scenario 4 and the
 profile of scenario 4 need only trio-rlmesh and Gymnasium. See ``bench/README.md``.
 """
@@ -19,6 +19,11 @@ import importlib.util
 import json
 import math
 import os
+
+# One BLAS thread, asked for before numpy loads: a model's matrix products then cost a fixed
+# amount of one CPU per call (scenario 7c), and eight models on threads do not each spin up
+# a BLAS thread pool on a shared machine. Set OPENBLAS_NUM_THREADS to measure otherwise.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import platform
 import statistics
 import sys
@@ -34,7 +39,8 @@ if str(HERE) not in sys.path:
 
 import bench_envs  # noqa: E402
 import bench_policies  # noqa: E402
-from bench_fleet import FLEET_SIZE, scenario_fleet  # noqa: E402
+from bench_adapters import ours_runner, scenario_adapter  # noqa: E402
+from bench_fleet import FLEET_SIZE, scenario_fleet, scenario_fleet_cpu  # noqa: E402
 from bench_gym import (  # noqa: E402
     run_ours_async,
     run_ours_sync,
@@ -70,13 +76,17 @@ ALL_SCENARIOS = (
     "6",
     "6i",
     "7",
+    "7c",
     "7r",
+    "8a",
+    "8b",
     "w",
 )
 REMOTE_SCENARIOS = (
-    *("1a", "1b", "1a-grpclib", "1b-grpclib", "2", "3", "5s", "5a", "5v", "6", "6i", "7"),
+    *("1a", "1b", "1a-grpclib", "1b-grpclib", "2", "3", "5s", "5a", "5v", "6", "6i", "7", "7c"),
+    *("8a", "8b"),
 )
-"""The scenarios that need rlmesh (its env server, its runtime or its clients)."""
+"""The scenarios that need rlmesh (its env server, its runtime or its clients, its adapters)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,10 @@ class Sizes:
     fleet_episodes: int
     """Episodes per endpoint and round of scenario 7 (5 ms steps, at most 50 each)."""
     profile_episodes: int
+    adapter_camera_calls: int
+    """transform_obs + transform_action pairs per round of scenario 8a (the camera)."""
+    adapter_state_calls: int
+    """Pairs per round of scenario 8b (state and text only)."""
     warmup: bool
     """Run and discard one pair before the measured rounds."""
 
@@ -112,6 +126,8 @@ FULL = Sizes(
     gym_vector_steps=300,
     fleet_episodes=4,
     profile_episodes=4,
+    adapter_camera_calls=150,
+    adapter_state_calls=3000,
     warmup=True,
 )
 QUICK = Sizes(
@@ -125,6 +141,8 @@ QUICK = Sizes(
     gym_vector_steps=40,
     fleet_episodes=1,
     profile_episodes=1,
+    adapter_camera_calls=10,
+    adapter_state_calls=200,
     warmup=False,
 )
 
@@ -358,19 +376,25 @@ def run_all(
                     user_code=user_code,
                 )
             )
-    if "7" in remote:
-        _log(f"scenario 7: a fleet run over {FLEET_SIZE} endpoints with 5 ms steps")
+    fleets = [s for s in ("7", "7c") if s in remote]
+    if fleets:
         with (
-            _surviving("scenario 7", skipped),
+            _surviving(f"scenario {', '.join(fleets)}", skipped),
             rlmesh_fleet("slow", FLEET_SIZE) as addresses,
         ):
-            results += scenario_fleet(
-                addresses,
-                rounds=sizes.rounds,
-                episodes=sizes.fleet_episodes,
-                log=_log,
-                warmup=sizes.warmup,
-            )
+            for scenario, model, run_fleet in (
+                ("7", "a model that costs almost nothing", scenario_fleet),
+                ("7c", "a CPU-bound model", scenario_fleet_cpu),
+            ):
+                if scenario in fleets:
+                    _log(f"scenario {scenario}: a fleet of {FLEET_SIZE} 5 ms endpoints, {model}")
+                    results += run_fleet(
+                        addresses,
+                        rounds=sizes.rounds,
+                        episodes=sizes.fleet_episodes,
+                        log=_log,
+                        warmup=sizes.warmup,
+                    )
     if "7r" in scenarios:
         if _has_minari():
             _log("scenario 7r: in-process CartPole recorded into a Minari dataset vs unrecorded")
@@ -384,6 +408,27 @@ def run_all(
             )
         else:
             skipped.append("scenario 7r: Minari is not installed (pip install '.[record]')")
+    for scenario in ("8a", "8b"):
+        if scenario not in remote:
+            continue
+        calls = sizes.adapter_camera_calls if scenario == "8a" else sizes.adapter_state_calls
+        _log(f"scenario {scenario}: adapter transform_obs + transform_action vs rlmesh.adapters")
+        with _surviving(f"scenario {scenario}", skipped):
+            result = scenario_adapter(
+                scenario, rounds=sizes.rounds, calls=calls, log=_log, warmup=sizes.warmup
+            )
+            results.append(result)
+            if profile:
+                _log(f"profiling {scenario} (our adapter)")
+                runner = ours_runner(scenario)  # resolved before the profile starts
+                profiles.append(
+                    profile_run(
+                        f"{scenario}: {result.title}",
+                        lambda runner=runner, calls=calls: runner(calls),  # type: ignore[misc]
+                        lambda sample: sample.steps,
+                        unprofiled_us_per_step=_us_per_step(result),
+                    )
+                )
     for result in results:
         note = _transport_note(result)
         if note:

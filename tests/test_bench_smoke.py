@@ -7,6 +7,7 @@ import math
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -174,18 +175,25 @@ def test_grpclib_server_scenario_against_rlmesh() -> None:
     assert result.ours.steps == result.theirs.steps
 
 
-@pytest.mark.interop
-@pytest.mark.network
-def test_fleet_scenario_prints_its_three_figures() -> None:
+def _two_endpoint_fleet(scenario: str) -> tuple[list[Any], str]:
+    """``bench.<scenario>`` over 2 slow ``rlmesh.EnvServer``s, one round of one episode
+    each; its results and its targets table."""
     pytest.importorskip("rlmesh")
     bench = _load_bench()
     from bench_servers import rlmesh_fleet
     from bench_targets import format_targets
 
     with rlmesh_fleet("slow", 2) as addresses:
-        results = bench.scenario_fleet(
+        results = getattr(bench, scenario)(
             addresses, rounds=1, episodes=1, log=lambda _: None, warmup=False
         )
+    return results, format_targets(results)
+
+
+@pytest.mark.interop
+@pytest.mark.network
+def test_fleet_scenario_prints_its_three_figures() -> None:
+    results, targets = _two_endpoint_fleet("scenario_fleet")
     assert [r.scenario for r in results] == ["7-fleet2-vs-1", "7-fleet2-vs-rlmesh2"]
     for result in results:
         _check_side(result.ours)
@@ -196,4 +204,57 @@ def test_fleet_scenario_prints_its_three_figures() -> None:
     assert results[1].ours.mean_reward == results[1].theirs.mean_reward
     batch = results[0].figures["7-batch"]
     assert 1.0 <= batch <= 2.0
-    assert "7-batch" in format_targets(results)
+    assert "7-batch" in targets
+
+
+@pytest.mark.interop
+@pytest.mark.network
+def test_cpu_bound_fleet_scenario_prints_its_figures() -> None:
+    results, targets = _two_endpoint_fleet("scenario_fleet_cpu")
+    assert [r.scenario for r in results] == ["7c-fleet2-vs-rlmesh2", "7c-overlap"]
+    for result in results:
+        _check_side(result.ours)
+        _check_side(result.theirs)
+        # The forward is beside the policy, not in it: every side runs the same episodes.
+        assert result.ours.steps == result.theirs.steps
+        assert result.ours.mean_reward == result.theirs.mean_reward
+    batch = results[0].figures["7c-batch"]
+    assert 1.0 <= batch <= 2.0
+    assert "ms of CPU per call" in results[0].notes[0]
+    assert "7c-fleet8-vs-rlmesh8" not in targets  # two endpoints: no target of its own
+    assert "7c-batch" in targets
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(
+    ("which", "scenario"), [("8a", "8a-adapter-camera"), ("8b", "8b-adapter-state")]
+)
+def test_adapter_scenarios_against_rlmesh_adapters(which: str, scenario: str) -> None:
+    pytest.importorskip("rlmesh")
+    bench = _load_bench()
+    from bench_targets import format_targets
+
+    result = bench.scenario_adapter(which, rounds=1, calls=3, log=lambda _: None, warmup=False)
+    assert result.scenario == scenario
+    _check_side(result.ours)
+    _check_side(result.theirs)
+    assert result.ours.steps == result.theirs.steps == 3
+    assert scenario in format_targets([result])
+
+
+@pytest.mark.network
+def test_abuse_probe_runs_one_attack_and_reports_it() -> None:
+    """The probe's pieces end to end, briefly: a PING flood on our server, which cuts the
+    attacker off (it reconnects), while the client keeps stepping."""
+    _load_bench()
+    import bench_abuse
+
+    row = bench_abuse.probe_attack("ping-flood", "trio", 0.5, bench_abuse.ROOT / "src")
+    assert row["client_failure"] is None
+    assert row["unloaded_failure"] is None
+    assert row["attacker_connections"] >= 2
+    assert row["steps_during"] > 0
+    assert row["rss_peak_mib"] >= row["rss_before_mib"] > 0
+    text = bench_abuse.report([row], [])
+    assert "ping-flood" in text
+    assert "trio" in text

@@ -24,9 +24,13 @@ PACKAGE = "trio_rlmesh"
 # Bottom first. A module belongs to the layer whose entry is its longest dotted prefix; the
 # root package itself (``trio_rlmesh/__init__.py``) only by the exact entry.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("trio_rlmesh._version", "trio_rlmesh._errors", "trio_rlmesh._nursery")),
+    (
+        "base",
+        ("trio_rlmesh._version", "trio_rlmesh._errors", "trio_rlmesh._nursery", "trio_rlmesh._png"),
+    ),
     ("spaces", ("trio_rlmesh.spaces",)),
     ("protocol", ("trio_rlmesh.protocol",)),
+    ("adapters", ("trio_rlmesh.adapters",)),
     ("runtime", ("trio_rlmesh.runtime",)),
     ("model", ("trio_rlmesh.model",)),
     ("env and model hosts", ("trio_rlmesh.transports",)),

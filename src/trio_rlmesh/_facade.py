@@ -6,28 +6,37 @@ contracts the runtime cannot drive, resolve the model route before driving (exec
 horizon, observation history) through :meth:`RuntimeModel.resolve`, build the session
 spec from :class:`RunLocalOptions` (in one place) and drive it. Several env addresses
 make a fleet run (:func:`_run_fleet`): the same path once per endpoint, under one
-:class:`~trio_rlmesh.runtime._fleet.FleetRun`. The gRPC transport is imported inside the
+:class:`~trio_rlmesh.runtime._fleetrun.FleetRun`. The gRPC transport is imported inside the
 functions, so ``import trio_rlmesh`` stays free of it.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import re
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
 
-from ._errors import SpecError
+from ._errors import Error, SpecError
 from .protocol import WORKFLOW_EDITION
+from .protocol._internal import check_token
 from .runtime._internal import (
     DEFAULT_FUSE_WAIT,
     ServingUserCode,
     UserCode,
+    check_count,
+    check_prefetch_lead,
+    check_seconds_cap,
     check_serving_user_code,
+    check_timeout,
+    seconds_cap,
 )
 
 if TYPE_CHECKING:
@@ -41,8 +50,62 @@ __all__ = ["RunLocalOptions", "run", "run_local", "run_remote"]
 HOST_INTERRUPT_REASON = "interrupted by the host (signal)"
 
 
-def _seeds(value: Sequence[int]) -> tuple[int, ...]:
-    return tuple(int(v) for v in value)
+def _parse_seeds(text: str) -> tuple[int, ...]:
+    """Seeds written as text: a list ``0,1,2`` or an inclusive range ``0..39``.
+
+    ``episode_seeds`` takes this form as well as a sequence, and ``--seeds`` is this form.
+
+    >>> _parse_seeds("3..5"), _parse_seeds("7, 9")
+    ((3, 4, 5), (7, 9))
+    """
+    text = text.strip()
+    if ".." in text:
+        low_text, _, high_text = text.partition("..")
+        try:
+            low, high = int(low_text), int(high_text)
+        except ValueError:
+            raise SpecError(f"episode_seeds: bad seed range {text!r}; use e.g. 0..39") from None
+        if high < low:
+            raise SpecError(f"episode_seeds: seed range {text!r} is empty; use low..high")
+        return tuple(range(low, high + 1))
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise SpecError(f"episode_seeds: bad seed list {text!r}; use e.g. 0,1,2") from None
+
+
+def _seeds(value: str | Iterable[int]) -> tuple[int, ...]:
+    if isinstance(value, str):
+        return _parse_seeds(value)
+    try:
+        return tuple(operator.index(seed) for seed in value)
+    except TypeError:
+        raise SpecError(f"episode_seeds must be integers, got {value!r}") from None
+
+
+def _count(_: Any, attribute: attrs.Attribute[Any], value: int | None) -> None:
+    check_count(attribute.name, value)
+
+
+def _horizon(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    # RLMesh raises 0 to 1 without a word; here every horizon below 1 is refused.
+    check_count(attribute.name, value, optional=False)
+
+
+def _prefetch_lead(_: Any, __: Any, value: int) -> None:
+    check_prefetch_lead(value)
+
+
+def _seconds(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    check_seconds_cap(attribute.name, value)
+
+
+def _timeout(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    check_timeout(attribute.name, value)
+
+
+def _token(_: Any, __: Any, value: str | None) -> None:
+    check_token(value)
 
 
 def _user_code(value: str | None) -> ServingUserCode | None:
@@ -121,10 +184,13 @@ def _check_env_address(address: str) -> None:
         raise SpecError(message) from None
 
 
-def _fuse_wait(value: float) -> float:
+def _fuse_wait(value: float | None) -> float | None:
+    if value is None:
+        return None
     value = float(value)
+    # A fused predict that waited forever would hang the fleet on a lost endpoint.
     if not (math.isfinite(value) and value >= 0):
-        raise SpecError(f"fuse_wait must be a number of seconds >= 0, got {value!r}")
+        raise SpecError(f"fuse_wait must be a finite number of seconds >= 0, got {value!r}")
     return value
 
 
@@ -132,13 +198,6 @@ def _record(value: Any) -> RecordOptions | None:
     from .record._internal import as_record_options
 
     return as_record_options(value)
-
-
-def _horizon(value: int) -> int:
-    # The reference raises 0 to 1; a negative horizon is a caller mistake.
-    if value < 0:
-        raise SpecError(f"execution_horizon must be >= 1, got {value}")
-    return max(1, int(value))
 
 
 @attrs.frozen
@@ -155,7 +214,7 @@ class RunLocalOptions:
     Gymnasium env, vector env or callable returning one, hosted in this process (no
     network; its code runs where :attr:`user_code` says). A sequence of several addresses
     is a *fleet*: one run drives them all with one model (see ``docs/fleet.md``)."""
-    token: str | None = None
+    token: str | None = attrs.field(default=None, validator=_token)
     """Sent as the raw ``authorization`` header when set. By default, the token of a fleet
     object that carries one (a :class:`~trio_rlmesh.ray.RayEnvFleet` from ``env_fleet``)."""
     workflow_edition: str = WORKFLOW_EDITION
@@ -163,25 +222,31 @@ class RunLocalOptions:
     base_seed: int | None = None
     """Derive per-lane reset seeds deterministically from this seed."""
     episode_seeds: tuple[int, ...] = attrs.field(default=(), converter=_seeds)
-    """Explicit reset seeds, one per episode in start order."""
-    max_episodes: int | None = None
-    """Stop after exactly this many completed episodes (``None``: until cancelled)."""
+    """Explicit reset seeds, one per episode in start order: a sequence of integers, or
+    the text ``--seeds`` takes: a list ``"0,1,2"`` or an inclusive range ``"0..39"``."""
+    max_episodes: int | None = attrs.field(default=None, validator=_count)
+    """Stop after exactly this many completed episodes. ``None``: one episode per seed when
+    :attr:`episode_seeds` are given (a count that disagrees with them is refused), else
+    until cancelled."""
     trial_index_base: int | None = None
     """First trial index sent in reset options to envs that declare ``trial_index``."""
-    max_episode_steps: int | None = None
-    """Truncate an episode after this many steps."""
-    max_episode_seconds: float | None = None
-    """Truncate an episode after this many seconds."""
+    max_episode_steps: int | None = attrs.field(default=None, validator=_count)
+    """Truncate an episode after this many steps (``None``: no cap)."""
+    max_episode_seconds: float | None = attrs.field(
+        default=None, converter=seconds_cap, validator=_seconds
+    )
+    """Truncate an episode after this many seconds (``None``, or infinity: no cap)."""
     close_env: bool = False
     """Close the env (Join ``close``) when the run ends."""
-    execution_horizon: int = attrs.field(default=1, converter=_horizon)
-    """Actions per predict: frames beyond the first are replayed open-loop."""
-    prefetch_lead: int = 0
-    """Predict the next chunk while the last ``prefetch_lead`` frames of this one replay."""
+    execution_horizon: int = attrs.field(default=1, validator=_horizon)
+    """Actions per predict (at least 1): frames beyond the first are replayed open-loop."""
+    prefetch_lead: int = attrs.field(default=0, validator=_prefetch_lead)
+    """Predict the next chunk while the last ``prefetch_lead`` frames of this one replay
+    (0: off)."""
     limits: RuntimeLimits | None = None
     """Per-operation deadlines; ``None`` uses the runtime defaults."""
-    connect_timeout: float = 10.0
-    """Seconds allowed for connecting and handshaking with the env."""
+    connect_timeout: float = attrs.field(default=10.0, validator=_timeout)
+    """Seconds allowed for connecting and handshaking with the env (infinity: no limit)."""
     session_id: str = "local"
     """Correlation label of the session; it is also an input of the ``base_seed`` law, so
     the same ``base_seed`` and ``session_id`` always derive the same reset seeds."""
@@ -190,9 +255,10 @@ class RunLocalOptions:
     tolerate_endpoint_failures: bool = False
     """Fleet runs: an endpoint that fails is dropped and the episodes it was running are
     started again on the others (same seeds); by default it fails the run."""
-    fuse_wait: float = attrs.field(default=DEFAULT_FUSE_WAIT, converter=_fuse_wait)
-    """Fleet runs: how long (seconds) a fused predict waits for every endpoint's request
-    before it goes without the ones not yet ready (0: take what is ready)."""
+    fuse_wait: float | None = attrs.field(default=None, converter=_fuse_wait)
+    """Fleet runs only: how long (seconds) a fused predict waits for every endpoint's
+    request before it goes without the ones not yet ready (0: take what is ready; ``None``:
+    the default, 2 ms). Refused for a run of one env, where nothing is fused."""
     user_code: ServingUserCode | None = attrs.field(default=None, converter=_user_code)
     """Where in-process user code (the model's, and the env's when it is hosted here) runs.
     ``"thread"``: on a worker thread of its own, so ``limits.model_predict_timeout`` and
@@ -213,12 +279,24 @@ class RunLocalOptions:
 
     def __attrs_post_init__(self) -> None:
         target = self.env_address
-        if not _is_addresses(target):
-            return
-        if self.token is None:
-            object.__setattr__(self, "token", getattr(target, "token", None))
-        if len(target) == 1:  # one address is one endpoint, not a fleet
-            object.__setattr__(self, "env_address", target[0])
+        if _is_addresses(target):
+            if self.token is None:
+                object.__setattr__(self, "token", getattr(target, "token", None))
+            if len(target) == 1:  # one address is one endpoint, not a fleet
+                object.__setattr__(self, "env_address", target[0])
+        seeds = len(self.episode_seeds)
+        if seeds and self.max_episodes is None:
+            object.__setattr__(self, "max_episodes", seeds)
+        elif seeds and self.max_episodes != seeds:
+            raise SpecError(
+                f"max_episodes={self.max_episodes} disagrees with the {seeds} episode_seeds "
+                "given; drop max_episodes or give one seed per episode"
+            )
+        if self.fuse_wait is not None and self.env_address is not None and not _is_fleet(self):
+            raise SpecError(
+                "fuse_wait tunes how a fleet's predicts are fused (several env addresses); "
+                "this run drives one env: drop fuse_wait"
+            )
 
 
 def _model_user_code(options: RunLocalOptions) -> ServingUserCode:
@@ -267,12 +345,16 @@ def _check_drivable(num_envs: int, subset_step: bool, options: RunLocalOptions) 
 
 
 @asynccontextmanager
-async def _open_env(options: RunLocalOptions) -> AsyncIterator[_Env]:
-    """Connect to the env server, or host the env in this process (no network)."""
+async def _open_env(options: RunLocalOptions, target: Any = None) -> AsyncIterator[_Env]:
+    """Connect to the env server, or host the env in this process (no network).
+
+    ``target`` is one endpoint of a fleet (default: ``options.env_address``).
+    """
     from .protocol import read_env_contract
     from .protocol._internal import CAP_SUBSET_STEP, CAPABILITY_TRUE
 
-    target = options.env_address
+    if target is None:
+        target = options.env_address
     if isinstance(target, str):
         from .transports.grpc import EnvClientRuntimeEnv, open_env_client
 
@@ -448,10 +530,10 @@ async def _run_fleet(
     task_status: trio.TaskStatus[Any],
 ) -> RuntimeReport:
     """One run over every address of ``options.env_address``: every endpoint opened, the
-    fleet admitted (one pair of spaces; see :class:`~trio_rlmesh.runtime._fleet.FleetRun`),
+    fleet admitted (one pair of spaces; see :class:`~trio_rlmesh.runtime._fleetrun.FleetRun`),
     then :func:`_prepare` per endpoint.
 
-    ``task_status.started`` receives the :class:`~trio_rlmesh.runtime._fleet.FleetRun`
+    ``task_status.started`` receives the :class:`~trio_rlmesh.runtime._fleetrun.FleetRun`
     (it has ``cancel`` too) before any endpoint is opened.
     """
     from .runtime import RuntimeLimits
@@ -463,7 +545,8 @@ async def _run_fleet(
         base_seed=options.base_seed,
         session_id=options.session_id,
     )
-    fleet = Fleet(pool, model, options.limits or RuntimeLimits(), fuse_wait=options.fuse_wait)
+    fuse_wait = DEFAULT_FUSE_WAIT if options.fuse_wait is None else options.fuse_wait
+    fleet = Fleet(pool, model, options.limits or RuntimeLimits(), fuse_wait=fuse_wait)
     run = FleetRun(
         options.env_address,
         fleet,
@@ -472,7 +555,7 @@ async def _run_fleet(
     )
 
     def open_endpoint(address: str) -> AbstractAsyncContextManager[_Env]:
-        return _open_env(attrs.evolve(options, env_address=address))
+        return _open_env(options, address)
 
     async def prepare(address: str, env: _Env, fleet: Fleet) -> RuntimeDriver:
         return await _prepare(env, model, options, hooks=hooks, address=address, fleet=fleet)
@@ -591,21 +674,45 @@ async def _run_entry(
     """What :func:`run_local` and :func:`run_remote` do, for a model in this process or
     the address of a served one (see :func:`_open_model`): check the recording, then run
     one env or a fleet."""
+    check_token(model_token)
     if options.record is not None:
         from .record._internal import check_available
 
         check_available(options.record)
-    if _is_fleet(options):
-        if options.record is not None:
-            raise SpecError(
-                "recording a fleet run is not supported; record the run of one env address"
+    # The run's own timing, wall clock from connect to close: the report's summary has it.
+    started_at, clock = datetime.now(timezone.utc), time.perf_counter()
+
+    def timed(report: RuntimeReport) -> RuntimeReport:
+        return attrs.evolve(report, started_at=started_at, duration_s=time.perf_counter() - clock)
+
+    async def connect_and_run() -> RuntimeReport:
+        if _is_fleet(options):
+            if options.record is not None:
+                raise SpecError(
+                    "recording a fleet run is not supported; record the run of one env address"
+                )
+            async with _open_model(model, options, model_token) as endpoint:
+                return await _run_fleet(endpoint, options, hooks=hooks, task_status=task_status)
+        async with (
+            _open_env(options) as env,
+            _open_model(model, options, model_token) as endpoint,
+        ):
+            return await _run(
+                env,
+                endpoint,
+                options,
+                hooks=hooks,
+                task_status=task_status,
+                model_label=model_label,
             )
-        async with _open_model(model, options, model_token) as endpoint:
-            return await _run_fleet(endpoint, options, hooks=hooks, task_status=task_status)
-    async with _open_env(options) as env, _open_model(model, options, model_token) as endpoint:
-        return await _run(
-            env, endpoint, options, hooks=hooks, task_status=task_status, model_label=model_label
-        )
+
+    try:
+        report = await connect_and_run()
+    except Error as exc:
+        if exc.report is not None:  # a failed run's partial report
+            exc.report = timed(exc.report)
+        raise
+    return timed(report)
 
 
 def run(handler: Any, env: Any, **options: Any) -> RuntimeReport:

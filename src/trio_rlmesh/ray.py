@@ -41,6 +41,7 @@ from typing import Any
 import trio
 
 from . import _errors
+from .runtime._internal import check_count as _check_count
 
 __all__ = ["RayEnvFleet", "RayEnvServer", "env_fleet"]
 
@@ -247,8 +248,7 @@ async def env_fleet(
         Error: an actor failed to start (its error is in the message) or the servers
             did not start within ``start_timeout``.
     """
-    if count < 1:
-        raise _errors.SpecError(f"env_fleet needs a count of 1 or more servers, got {count}")
+    _check_count("env_fleet count", count, optional=False)
     ray = _ray()
     if not ray.is_initialized():
         # Connects to $RAY_ADDRESS, or starts a local Ray; takes seconds, once per process.

@@ -54,6 +54,14 @@ class SlowAfterFirst:
         return np.int64(0)
 
 
+class HangsAfterQuick(SlowAfterFirst):
+    """Quick for 12 predicts (enough for ``--user-code auto`` to run the next inline), then
+    each predict blocks for 1000 s: hung, as far as a test can tell."""
+
+    QUICK = 12
+    DELAY = 1000.0
+
+
 class RecordsThreads:
     """Pushes left, and notes the name of the thread each predict ran on (in ``threads``)."""
 

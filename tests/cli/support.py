@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,9 +27,13 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def start(
-    argv: Sequence[str], *, extra_env: Mapping[str, str] | None = None
+    argv: Sequence[str],
+    *,
+    extra_env: Mapping[str, str] | None = None,
+    preexec_fn: Callable[[], object] | None = None,
 ) -> subprocess.Popen[str]:
-    """Start ``trio-rlmesh ARGV`` with piped, text-mode stdout and stderr."""
+    """Start ``trio-rlmesh ARGV`` with piped, text-mode stdout and stderr (``preexec_fn``
+    runs in the child before it starts, e.g. to lower its resource limits)."""
     return subprocess.Popen(
         [sys.executable, "-m", "trio_rlmesh", *argv],
         stdin=subprocess.DEVNULL,
@@ -38,18 +42,31 @@ def start(
         text=True,
         env=child_env(extra_env),
         cwd=ROOT,
+        preexec_fn=preexec_fn,
     )
 
 
 def read_line(stream: object, timeout: float, *, what: str = "a line") -> str:
-    """One line from a child's pipe, or AssertionError after ``timeout`` seconds."""
+    """One line from a child's pipe ("" at its end), or AssertionError after ``timeout``
+    seconds.
+
+    Read a byte at a time from the descriptor: a buffered ``readline`` would take the lines
+    after this one into Python's buffer, where the next wait (on the descriptor) cannot see
+    them. A later ``stream.read()`` still gets everything not read here.
+    """
+    fd = stream.fileno()  # type: ignore[attr-defined]
     deadline = time.monotonic() + timeout
+    line = bytearray()
     with selectors.DefaultSelector() as selector:
-        selector.register(stream, selectors.EVENT_READ)  # type: ignore[arg-type]
-        remaining = deadline - time.monotonic()
-        if not selector.select(max(0.0, remaining)):
-            raise AssertionError(f"no {what} within {timeout} s")
-    return stream.readline()  # type: ignore[attr-defined, no-any-return]
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            remaining = deadline - time.monotonic()
+            if not selector.select(max(0.0, remaining)):
+                raise AssertionError(f"no {what} within {timeout} s")
+            byte = os.read(fd, 1)
+            line += byte
+            if not byte or byte == b"\n":
+                return line.decode()
 
 
 def wait_for(process: subprocess.Popen[str], text: str, timeout: float = 60.0) -> None:

@@ -15,7 +15,7 @@ from trio_rlmesh._cli import _parser
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_DOC = ROOT / "docs" / "cli.md"
-COMMANDS = ("serve-env", "serve-model", "run", "show")
+COMMANDS = ("serve-env", "serve-model", "run", "show", "compare")
 WIDTH = "100"
 
 

@@ -78,7 +78,7 @@ USAGE_MISTAKES = [
     ),
     pytest.param(
         ["--execution-horizon", "-1"],
-        ["--execution-horizon must be at least 1 (actions per predict), got -1"],
+        ["--execution-horizon must be greater than zero, got -1"],
         id="negative-horizon",
     ),
     pytest.param(
@@ -105,7 +105,9 @@ USAGE_MISTAKES = [
         id="env-arguments-for-an-instance",
     ),
     pytest.param(
-        ["--seeds", "0,1", "--episodes", "3"], ["disagrees with the 2 seeds"], id="seeds-episodes"
+        ["--seeds", "0,1", "--episodes", "3"],
+        ["--episodes=1 disagrees with the 2 --seeds given"],
+        id="seeds-episodes",
     ),
     pytest.param(["--episodes", "x"], ["argument --episodes: invalid int value"], id="argparse"),
 ]
@@ -280,7 +282,7 @@ def test_lunar_lander_without_box2d(capsys: pytest.CaptureFixture[str]) -> None:
         (["serve-env", "not-a-target"], "ENV must be gymnasium:<id> or module:attr"),
         (["serve-env", "tests.cli.envs:NOT_AN_ENV"], "is an int, not an env"),
         (["serve-env", "gymnasium:CartPole-v1", "--bind", "127.0.0.1:65536"], "out of range"),
-        (["serve-env", "tests.cli.envs:ENV", "--num-envs", "2"], "--num-envs 2 needs"),
+        (["serve-env", "tests.cli.envs:ENV", "--num-envs", "2"], "--num-envs=2 needs"),
         (["serve-env", "gymnasium:CartPole-v1", "--num-envs", "0"], "--num-envs must be"),
         (["serve-model", "x_no_such_module:y"], "no module named 'x_no_such_module'"),
         (["serve-model", "tests.cli.models:NoPredict"], "has no predict method"),

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import pytest
 
 from trio_rlmesh._cli import main
-from trio_rlmesh._cli._output import format_summary
-from trio_rlmesh.runtime import EpisodeRecord, RuntimeReport
+from trio_rlmesh._cli._output import format_endpoints, format_summary
+from trio_rlmesh.runtime import EndpointReport, EpisodeRecord, RuntimeReport
 
 COUNTER = ("--env", "tests.cli.envs:Counter", "--env-arg", "length=2")
 
@@ -33,6 +34,7 @@ def test_summary_of_episodes_with_success() -> None:
         "completed: 3 episodes, 15 steps",
         "reward 2.00 ± 0.82 (min 1.00, max 3.00), mean length 5.0 steps",
         "success rate 66.7% (2 of 3)",
+        "mean 2.000 [1.000, 3.000] · IQM 2.000 [1.000, 3.000] · success 67% [21%, 94%] (n=3)",
     ]
 
 
@@ -41,9 +43,30 @@ def test_summary_without_success_or_episodes() -> None:
     assert format_summary(one).splitlines() == [
         "completed: 1 episode, 7 steps",
         "reward 7.00 ± 0.00 (min 7.00, max 7.00), mean length 7.0 steps",
+        "mean 7.000 · IQM 7.000 (n=1)",  # no interval from one episode
     ]
     none = RuntimeReport("cancelled", "interrupted by SIGINT", "s", "e", (), 0)
     assert format_summary(none) == "cancelled: 0 episodes, 0 steps (interrupted by SIGINT)"
+
+
+def test_a_fleet_prints_each_endpoints_intervals() -> None:
+    pytest.importorskip("rliable.library", reason="needs the analysis extra")
+    episodes = [_episode(i, 3, float(i), None) for i in range(5)]
+    episodes = [attrs.evolve(e, endpoint="a:1" if e.index < 3 else "b:2") for e in episodes]
+    endpoints = (
+        EndpointReport("a:1", "completed", None, 3, 9),
+        EndpointReport("b:2", "completed", None, 2, 6),
+        EndpointReport("c:3", "failed", "TransportError: reset", 0, 0),
+    )
+    report = RuntimeReport("completed", None, "s", "f", tuple(episodes), 15, endpoints=endpoints)
+    assert format_endpoints(report).splitlines() == [
+        "endpoint a:1: completed, 3 episodes, 9 env steps",
+        "  mean 1.000 [0.000, 2.000] · IQM 1.000 [0.000, 2.000] (n=3)",
+        "endpoint b:2: completed, 2 episodes, 6 env steps",
+        "  mean 3.500 [3.000, 4.000] · IQM 3.500 [3.000, 4.000] (n=2)",
+        "endpoint c:3: failed, 0 episodes, 0 env steps",
+        "  lost: TransportError: reset; started again elsewhere: none",
+    ]
 
 
 def test_results_then_summary_and_telemetry_only_on_request(
@@ -56,16 +79,17 @@ def test_results_then_summary_and_telemetry_only_on_request(
     assert [line.split() for line in out[2:6]] == [
         [str(i), str(i), "2", "2.00", "terminated", "yes" if i % 2 == 0 else "no"] for i in range(4)
     ]
-    assert out[-3:] == [
+    assert out[-4:] == [
         "completed: 4 episodes, 8 steps",
         "reward 2.00 ± 0.00 (min 2.00, max 2.00), mean length 2.0 steps",
         "success rate 50.0% (2 of 4)",
+        "mean 2.000 [2.000, 2.000] · IQM 2.000 [2.000, 2.000] · success 50% [15%, 85%] (n=4)",
     ]
     assert not any(line.startswith("op ") for line in out)
     assert main([*argv, "--telemetry"]) == 0
     out = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(out) if line.startswith("op "))
-    assert out[header - 1] == "success rate 50.0% (2 of 4)"
+    assert out[header - 1].startswith("mean 2.000 [2.000, 2.000] · IQM")
     assert any(line.startswith("env.step ") for line in out[header:])
 
 
@@ -115,10 +139,10 @@ def test_a_failed_run_still_prints_the_episodes_it_finished(
     assert main([*argv, "--json", str(out)]) == 1
     captured = capsys.readouterr()
     printed = captured.out.splitlines()
-    # header, rule, two episodes, two summary lines, where the report went
-    assert len(printed) == 2 + 2 + 2 + 1
+    # header, rule, two episodes, three summary lines, where the report went
+    assert len(printed) == 2 + 2 + 3 + 1
     assert printed[4] == "failed: 2 episodes, 4 steps"
-    assert printed[6] == f"report written to {out}"
+    assert printed[7] == f"report written to {out}"
     errors = captured.err.strip().splitlines()
     assert errors[-1].startswith("trio-rlmesh run: model 'FailsOnFifthPredict' failed")
     assert "deliberate failure on the fifth predict" in errors[-1]

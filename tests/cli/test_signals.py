@@ -88,6 +88,9 @@ def test_a_signal_cancels_a_run_and_keeps_every_finished_episode(
     assert len(episodes) >= 2
     assert report["total_steps"] == sum(e["steps"] for e in episodes)
     assert report["telemetry"]  # the run stopped cleanly: the whole report
+    # No time for a bootstrap once a signal came: a quick summary, and the method says so.
+    assert report["summary"]["episodes"] == len(episodes)
+    assert (report["summary"]["ci_method"], report["summary"]["iqm"]) == ("normal", None)
     assert run.stdout is not None
     assert f"cancelled: {len(episodes)} episodes" in run.stdout.read()
 
@@ -104,6 +107,7 @@ def test_a_run_stuck_in_cleanup_still_ends_within_2_s(
     report = _report(out)
     assert (report["status"], report["reason"]) == ("cancelled", "interrupted by SIGINT")
     assert [e["steps"] for e in report["episodes"]] == [3, 3]  # type: ignore[union-attr]
+    assert report["summary"]["ci_method"] == "normal"  # type: ignore[index]
     assert run.stdout is not None
     assert "cancelled: 2 episodes, 6 steps" in run.stdout.read()
 
@@ -187,6 +191,72 @@ def test_a_busy_server_stops_within_its_drain_timeout_and_margin(
     status, took = _signal_and_time(server, sig)
     assert status == code
     assert took < 0.5 + 2.0 + AT_ONCE  # --drain-timeout 0.5, then the 2 s margin at most
+
+
+HUNG = {
+    "serve-env": (
+        [
+            *("serve-env", "tests.cli.envs:Counter", "--env-arg", "announce=true"),
+            *("--env-arg", "quick=4", "--env-arg", "delay=1000"),
+        ],
+        ["--model", "tests.cli.models:AlwaysLeft"],
+        "counter: slow step",
+    ),
+    "serve-model": (
+        ["serve-model", "tests.cli.models:HangsAfterQuick"],
+        ["--env", "tests.cli.envs:Counter"],
+        "model: slow predict",
+    ),
+}
+"""Servers whose user code hangs after 12 quick calls (so ``auto`` runs the hung one inline)."""
+
+
+@pytest.mark.parametrize("kind", list(HUNG))
+@pytest.mark.parametrize("user_code", ["auto", "inline"])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
+def test_a_server_held_by_hung_inline_code_exits_within_2_s_of_the_first_signal(
+    processes: list[subprocess.Popen[str]],
+    kind: str,
+    user_code: str,
+    sig: signal.Signals,
+    code: int,
+) -> None:
+    """The event loop cannot take the signal (the hung call holds it), so no drain can
+    happen: the process exits once the loop has not answered for 1 s, and says why, with
+    the default 5 s drain timeout."""
+    argv, client, hung = HUNG[kind]
+    server, address = _server(processes, [*argv, "--user-code", user_code])
+    side = "--env" if kind == "serve-env" else "--model"
+    processes.append(start(["run", side, address, *client, "--episodes", "100", "--no-progress"]))
+    wait_for(server, hung)
+    status, took = _signal_and_time(server, sig)
+    assert status == code
+    assert took < RUN_BOUND
+    assert server.stderr is not None
+    said = [line for line in server.stderr.read().splitlines() if "exiting now" in line]
+    assert len(said) == 1
+    assert f"did not take {sig.name} within 1 s" in said[0]
+    assert "left running" in said[0]
+
+
+@pytest.mark.parametrize("kind", list(HUNG))
+def test_a_server_with_hung_user_code_on_a_thread_stops_after_its_drain_and_says_so(
+    processes: list[subprocess.Popen[str]], kind: str
+) -> None:
+    """The loop is free: the server drains (0.5 s), abandons the hung call and stops; the
+    process exits with the worker thread still inside it, and one line says so."""
+    argv, client, hung = HUNG[kind]
+    server, address = _server(processes, [*argv, "--user-code", "thread", "--drain-timeout", "0.5"])
+    side = "--env" if kind == "serve-env" else "--model"
+    processes.append(start(["run", side, address, *client, "--episodes", "100", "--no-progress"]))
+    wait_for(server, hung)
+    status, took = _signal_and_time(server, signal.SIGTERM)
+    assert status == 0
+    assert took < 0.5 + 2.0 + AT_ONCE
+    assert server.stderr is not None
+    said = [line for line in server.stderr.read().splitlines() if "worker thread" in line]
+    assert len(said) == 1
+    assert "abandoned still running on 1 worker thread(s)" in said[0]
 
 
 @pytest.mark.parametrize("kind", list(SERVERS))

@@ -38,7 +38,7 @@ EVALUATING = re.compile(r"^trio-rlmesh: evaluating tests\.cli\.models:AlwaysLeft
 BAR = re.compile(r"^[━╸╺ ]*\d+/\d+ episodes  [\d,]+ steps/s(  mean reward [-\d.]+)?$")
 PRINTED = re.compile(r"^counter: (reset \d+|slow step)$")
 TABLE = re.compile(r"^(# +steps +reward +ended|─+|\d+ +\d+ +[-\d.]+ +(terminated|truncated))$")
-SUMMARY = re.compile(r"^(completed|cancelled|failed): \d+ episodes?, \d+ steps|^reward ")
+SUMMARY = re.compile(r"^(completed|cancelled|failed): \d+ episodes?, \d+ steps|^reward |^mean ")
 
 
 def _unexpected(lines: list[str], *allowed: re.Pattern[str]) -> list[str]:
@@ -56,9 +56,10 @@ def test_the_first_line_and_lines_printed_meanwhile_stand_alone() -> None:
     ]
     assert _unexpected(lines, EVALUATING, BAR, PRINTED, TABLE, SUMMARY) == []
     assert sum(1 for line in lines if BAR.match(line)) == 1  # redrawn in place, left once
-    assert lines[-2:] == [
+    assert lines[-3:] == [
         "completed: 3 episodes, 9 steps",
         "reward 3.00 ± 0.00 (min 3.00, max 3.00), mean length 3.0 steps",
+        "mean 3.000 [3.000, 3.000] · IQM 3.000 [3.000, 3.000] (n=3)",
     ]
 
 
@@ -106,7 +107,7 @@ def test_a_narrow_terminal_gets_lines_no_wider_than_itself() -> None:
     assert all(len(line) <= 40 for line in lines[1:]), lines
     narrow_bar = re.compile(r"^([━╸╺ ]* )?\d+/\d+ episodes  [\d,]+ steps/s( .*)?$")
     table = re.compile(r"^(# +seed +steps +reward +ended|─+|\d+ +\d+ +\d+ +[-\d.]+ +\w+)$")
-    wrapped = re.compile(r"^mean length [\d.]+ steps$")
+    wrapped = re.compile(r"^mean length [\d.]+ steps$|^\[[-\d.]+, [-\d.]+\] \(n=\d+\)$")
     assert _unexpected(lines, EVALUATING, narrow_bar, PRINTED, table, SUMMARY, wrapped) == []
     assert sum(1 for line in lines if narrow_bar.match(line)) == 1
 

@@ -157,7 +157,7 @@ def test_separate_env_and_model_tokens_from_each_source(
         code, report = _run(tmp_path, *base, "--env-token", "env-secret", "--model-token", "x")
         assert code == 1
         assert "rejected the token" in str(report["reason"])
-        assert "model.connect" in str(report["reason"])
+        assert "model.handshake" in str(report["reason"])
 
         code, report = _run(tmp_path, *base, "--env-token", "env-secret")
         assert code == 1

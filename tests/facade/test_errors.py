@@ -23,6 +23,7 @@ from trio_rlmesh import (
     ModelError,
     OperationTimeout,
     RunLocalOptions,
+    SpecError,
     TransportError,
     run_local,
     run_remote,
@@ -324,3 +325,19 @@ def test_a_model_error_names_the_env_by_its_name_and_route() -> None:
         r"lane 0: ",
         caught.value.message,
     ), caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"connect_timeout": -1.0}, "connect_timeout must be >= 0 seconds"),
+        ({"connect_timeout": float("nan")}, "connect_timeout must be >= 0 seconds"),
+        ({"episode_seeds": (1, 2.5)}, "episode_seeds must be integers"),
+        ({"max_episodes": 2.5}, "max_episodes must be greater than zero when set, got 2.5"),
+    ],
+)
+def test_options_without_a_command_line_twin_are_checked_too(
+    options: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(SpecError, match=re.escape(says)):
+        RunLocalOptions("127.0.0.1:1", **options)

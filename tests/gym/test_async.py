@@ -400,7 +400,7 @@ async def test_the_workflow_edition_and_settings_pass_through() -> None:
         gym.spaces.Box(0, 255, (32, 32, 3), np.uint8),
     )
     async with served(big) as address:
-        with pytest.raises(trio_rlmesh.SpecError, match="no mutual workflow edition"):
+        with pytest.raises(trio_rlmesh.ProtocolError, match="no workflow edition in common"):
             async with open_remote_env(address, workflow_edition="1999.01"):
                 pass  # pragma: no cover
         settings = GrpcSettings(max_message_size=2048)  # the handshake fits, a reset does not

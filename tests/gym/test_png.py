@@ -30,16 +30,22 @@ def encode(image: np.ndarray, filters: list[int], *, depth: int = 8, interlace: 
     """A reference PNG encoder (the filter formulas of the PNG spec, byte by byte)."""
     height, width = image.shape[:2]
     channels = 1 if image.ndim == 2 else image.shape[2]
-    rows = image.reshape(height, width * channels).astype(int)
+    samples = image.reshape(height, width * channels)
+    if (
+        image.dtype == np.uint16
+    ):  # big-endian sample bytes, filtered a pixel (2 bytes/channel) apart
+        samples = samples.astype(">u2").view(np.uint8)
+    rows = samples.astype(int)
+    bpp = channels * image.dtype.itemsize
     out = bytearray()
     for y in range(height):
         kind = filters[y % len(filters)]
         out.append(kind)
-        for x in range(width * channels):
+        for x in range(rows.shape[1]):
             raw = int(rows[y, x])
-            a = int(rows[y, x - channels]) if x >= channels else 0
+            a = int(rows[y, x - bpp]) if x >= bpp else 0
             b = int(rows[y - 1, x]) if y else 0
-            c = int(rows[y - 1, x - channels]) if y and x >= channels else 0
+            c = int(rows[y - 1, x - bpp]) if y and x >= bpp else 0
             predictor = [0, a, b, (a + b) // 2, _paeth(a, b, c)][kind]
             out.append((raw - predictor) & 0xFF)
     header = struct.pack(">IIBBBBB", width, height, depth, COLOUR_TYPES[channels], 0, 0, interlace)

@@ -22,7 +22,7 @@ def main() -> None:
     import trio
 
     from trio_rlmesh.transports.grpc import serve_env
-    from trio_rlmesh.transports.grpc._backend import check_backend
+    from trio_rlmesh.transports.grpc._registry import check_backend
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:

@@ -62,6 +62,10 @@ def test_run_record_then_show_and_plot(
     assert "episodes  4 (0 terminated, 4 truncated)" in printed
     assert "steps     160 (mean length 40.0)" in printed
     assert "return    mean 40.000" in printed
+    # The intervals of the run's own report, as it printed them.
+    intervals = report["summary"]
+    assert (intervals["mean"], intervals["iqm"]) == (40.0, 40.0)
+    assert "intervals mean 40.00 [40.00, 40.00] · IQM 40.00 [40.00, 40.00] (n=4)" in printed
     assert Path("plots/returns.png").read_bytes().startswith(PNG)
 
 

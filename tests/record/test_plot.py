@@ -27,7 +27,14 @@ def test_the_legend_stands_beside_the_data() -> None:
     assert legend.get_window_extent().x0 >= axes.get_window_extent().x1
     labels = [text.get_text() for text in legend.get_texts()]
     assert labels[0] == f"mean ± std, last {RETURNS_WINDOW}"
-    assert labels[1:] == ["return", f"mean {sum(RETURNS) / len(RETURNS):.2f}"]
+    intervals = SUMMARY.intervals
+    assert labels[1:] == [
+        "return",
+        f"mean {sum(RETURNS) / len(RETURNS):.2f}",
+        "mean's 95% CI",
+        f"IQM {intervals.iqm:.2f}",
+        "IQM's 95% CI",
+    ]
 
 
 def test_the_band_is_the_spread_of_the_last_episodes() -> None:

@@ -16,6 +16,7 @@ from trio_rlmesh.runtime._advisories import FailureLog, advisories
 from trio_rlmesh.runtime._calls import Call, Outcome, PredictBatcher
 from trio_rlmesh.runtime._episodes import EpisodeBook
 from trio_rlmesh.runtime._plans import ActionPlan
+from trio_rlmesh.runtime._pool import EpisodePool
 
 
 def call(method: Any, inline: Any = None, *, grace: float = 0.0) -> Any:
@@ -148,7 +149,7 @@ async def test_the_batcher_fuses_waiting_predicts_into_one_call(autojump_clock: 
 
 
 def test_advisories_come_from_the_counters_of_the_book_plans_and_failures() -> None:
-    book = EpisodeBook(num_envs=2, session_id="s", owns_resets=False, max_episodes=3)
+    book = EpisodeBook(num_envs=2, owns_resets=False, pool=EpisodePool(max_episodes=3))
     plan: ActionPlan[str] = ActionPlan(book, (0, 1), wants_history=True)
     failures = FailureLog()
     assert advisories(book, [plan], failures) == (

@@ -354,6 +354,8 @@ async def test_report_json_schema(autojump_clock: MockClock) -> None:
         "success_rate",
         "episodes",
         "telemetry",
+        "summary",
+        "setup",
     ]
     assert (data["total_steps"], data["env_step_calls"], data["success_rate"]) == (4, 4, None)
     assert data["status"] == "completed"

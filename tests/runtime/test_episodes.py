@@ -12,14 +12,18 @@ from trio_rlmesh.runtime._episodes import (
     LaneState,
     LaneStateError,
 )
+from trio_rlmesh.runtime._pool import EpisodePool
+
+POOL_OPTIONS = ("episode_seeds", "base_seed", "max_episodes")
 
 
 def book(num_envs: int = 1, **kwargs: Any) -> EpisodeBook:
+    """A book with a pool of its own, as one endpoint's run has (seeds by lane)."""
     counter = itertools.count(1)
     kwargs.setdefault("owns_resets", True)
-    return EpisodeBook(
-        num_envs=num_envs, session_id="s", mint=lambda: f"id-{next(counter)}", **kwargs
-    )
+    options = {name: kwargs.pop(name) for name in POOL_OPTIONS if name in kwargs}
+    pool = EpisodePool(session_id="s", seeds_by_lane=True, **options)
+    return EpisodeBook(num_envs=num_envs, pool=pool, mint=lambda: f"id-{next(counter)}", **kwargs)
 
 
 def meta(
@@ -92,14 +96,12 @@ def test_each_method_moves_a_lane_as_documented_and_nothing_else_is_legal(
             b = _book_in(state, owns_resets)
             if b is None:
                 continue
-            before = (b.started, b.generation, b.slots[0].episode_id, b.slots[0].steps)
+            before = (b.pool.next_index, b.slots[0].episode_id, b.slots[0].steps)
             try:
                 operation(b)
             except LaneStateError:
                 assert b.state(0) is state, (state, name)
-                assert (b.started, b.generation, b.slots[0].episode_id, b.slots[0].steps) == (
-                    before
-                )
+                assert (b.pool.next_index, b.slots[0].episode_id, b.slots[0].steps) == before
             else:
                 observed[(state, name)] = b.state(0)
     assert observed == DOCUMENTED[owns_resets]
@@ -116,10 +118,10 @@ def test_illegal_transitions_raise_and_change_nothing() -> None:
     assert b.state(0) is b.state(1) is LaneState.IDLE
     b.begin_reset([0])
     # Lane 0 is RESETTING: a reset over both lanes must not touch lane 1 either.
-    before = (b.started, b.slots[1].episode_id, b.generation)
+    before = (b.pool.next_index, b.slots[1].episode_id)
     with pytest.raises(LaneStateError):
         b.begin_reset([1, 0])
-    assert (b.started, b.slots[1].episode_id, b.generation) == before
+    assert (b.pool.next_index, b.slots[1].episode_id) == before
     assert b.state(1) is LaneState.IDLE
     with pytest.raises(LaneStateError, match="does not exist"):
         b.retire(5)
@@ -183,7 +185,7 @@ def test_explicit_seeds_in_start_order_and_tail_discard() -> None:
     b2.end_episode(1, terminated=True, truncated=False, final_info=None, now=1)
     # One seed left cannot cover a two-lane batch: it is dropped.
     assert [p.seed for p in b2.begin_reset([0, 1])] == [None, None]
-    assert b2.discarded_seeds == 1
+    assert b2.pool.discarded_seeds == 1
 
 
 def test_base_seed_generations_lockstep_vs_per_lane() -> None:

@@ -12,7 +12,8 @@ from trio.testing import MockClock
 
 from trio_rlmesh import EnvError, SpecError
 from trio_rlmesh.runtime import RuntimeDriver, RuntimeLimits
-from trio_rlmesh.runtime._fleet import Fleet, FleetRun
+from trio_rlmesh.runtime._fleet import Fleet
+from trio_rlmesh.runtime._fleetrun import FleetRun
 from trio_rlmesh.runtime._pool import EpisodePool
 from trio_rlmesh.testing import FakeEnv, FakeModel
 

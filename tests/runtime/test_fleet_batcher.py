@@ -8,13 +8,14 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from trio_rlmesh import Error, ProtocolError
+from trio_rlmesh import Error, ModelError, ProtocolError
 from trio_rlmesh.protocol import model_v1
 from trio_rlmesh.runtime import ModelPrediction, RuntimeLimits
 from trio_rlmesh.runtime._calls import Outcome
-from trio_rlmesh.runtime._fleet import Fleet, FleetBatcher, FleetRun
+from trio_rlmesh.runtime._fleet import Fleet, FleetBatcher
+from trio_rlmesh.runtime._fleetrun import FleetRun
 from trio_rlmesh.runtime._pool import EpisodePool
-from trio_rlmesh.testing import FakeEnv, FakeModel
+from trio_rlmesh.testing import FakeEnv, FakeModel, Fault
 
 from ._support import ShortModel, fake_endpoints
 
@@ -33,7 +34,7 @@ def recording(
         requests: Sequence[model_v1.PredictRequest], keys: Sequence[str]
     ) -> list[Outcome]:
         groups.append((trio.current_time(), sorted(keys)))
-        batcher[0].served(keys, trio.current_time())
+        batcher[0].served(keys, trio.current_time(), 0.0)
         return [ModelPrediction(model_v1.PredictResponse(context=r.context)) for r in requests]
 
     batcher.append(FleetBatcher(fused, wait=5.0))
@@ -118,6 +119,51 @@ async def test_a_group_does_not_wait_for_an_endpoint_a_whole_turnaround_away(
     ]
 
 
+SLOW_MODEL_GROUPS = {
+    # Answered at 4, a is back at 5 and b, due at 7, within one call's time: they go
+    # together at 7, then every 7 s (4 s of model, 3 s of b's env).
+    1.0: [(0.0, ["a", "b"]), (7.0, ["a", "b"]), (14.0, ["a", "b"])],
+    # wait=0 takes what is ready: the two drift apart and each pays for its own calls.
+    0.0: [(0.0, ["a", "b"]), (5.0, ["a"]), (9.0, ["b"]), (13.0, ["a"]), (17.0, ["b"])],
+}
+
+
+@pytest.mark.parametrize("wait", sorted(SLOW_MODEL_GROUPS))
+async def test_a_slow_model_keeps_the_fleet_in_one_group(
+    autojump_clock: MockClock, wait: float
+) -> None:
+    """When a fused call takes longer than ``wait``, a group waits up to one call's time for
+    an endpoint that is due: letting it miss the call would cost the model another."""
+    groups: list[tuple[float, list[str]]] = []
+    batcher: list[FleetBatcher[str]] = []
+
+    async def fused(
+        requests: Sequence[model_v1.PredictRequest], keys: Sequence[str]
+    ) -> list[Outcome]:
+        started = trio.current_time()
+        groups.append((started, sorted(keys)))
+        await trio.sleep(4.0)  # the model's fixed cost per call
+        batcher[0].served(keys, trio.current_time(), trio.current_time() - started)
+        return [ModelPrediction(model_v1.PredictResponse(context=r.context)) for r in requests]
+
+    batcher.append(FleetBatcher(fused, wait=wait))
+    turnaround = {"a": 1.0, "b": 3.0}  # b's env steps a little slower
+
+    async def endpoint(name: str) -> None:
+        batcher[0].join()
+        while True:
+            await batcher[0].submit(request(0), name)
+            await trio.sleep(turnaround[name])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batcher[0].serve)
+        for name in "ab":
+            nursery.start_soon(endpoint, name)
+        await trio.sleep(20)
+        nursery.cancel_scope.cancel()
+    assert groups == SLOW_MODEL_GROUPS[wait]
+
+
 async def test_a_cancelled_submit_does_not_reach_the_model(autojump_clock: MockClock) -> None:
     groups: list[tuple[float, list[str]]] = []
     batcher = recording(groups, [])
@@ -139,9 +185,9 @@ async def test_a_driver_waiting_for_work_is_not_waited_for(autojump_clock: MockC
     assert batcher is not None
     batcher.join()
     batcher.join()
-    pool.claim("elsewhere")  # the one episode runs on another endpoint: nothing to start
+    pool.claim("elsewhere", [0])  # the one episode runs on another endpoint: nothing to start
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(fleet.wait_for_work)
+        nursery.start_soon(fleet.wait_for_work, "here")
         await trio.sleep(1)
         assert batcher.participants == 1
         pool.complete(0)
@@ -202,3 +248,45 @@ async def test_a_fused_answer_of_the_wrong_length_fails_the_fleet(
         info.value
     )
     assert model.group_sizes == [2]
+
+
+async def test_a_failed_fused_call_names_the_step_it_failed_at(autojump_clock: MockClock) -> None:
+    """A fused call's error is the drivers' own: it names the runtime step and the lane."""
+    envs = {f"env:{k}": FakeEnv(episode_length=5, delays={"env.step": 1.0}) for k in (1, 2)}
+    model = FakeModel(fuses_predicts=True, faults=[Fault("model.predict", at=3)])
+    fleet = Fleet(EpisodePool(max_episodes=4), model, RuntimeLimits(), fuse_wait=3.0)
+
+    with pytest.raises(ModelError) as info:
+        await FleetRun(list(envs), fleet, session_id="s").run(*fake_endpoints(envs, model))
+    assert model.group_sizes == [2, 2, 2]
+    # Both endpoints stepped twice before the third fused call (reset, step 1, step 2).
+    assert (info.value.operation, info.value.step, info.value.lane) == ("model.predict", 2, 0)
+
+
+class PendingModel(FakeModel):
+    """Notes, at each fused call, the most samples the fleet's own telemetry holds unfolded."""
+
+    fleet: Fleet
+    most = 0
+
+    async def predict_group(
+        self, requests: Sequence[model_v1.PredictRequest]
+    ) -> list[ModelPrediction | Error]:
+        pending = (len(series.pending) for series in self.fleet.telemetry._series.values())
+        self.most = max(self.most, *pending, 0)
+        return await super().predict_group(requests)
+
+
+async def test_a_long_fleet_run_keeps_its_own_telemetry_bounded(autojump_clock: MockClock) -> None:
+    """The fleet records each fused call once; over a long run those samples are folded
+    into reservoirs now and then instead of piling up, and none is lost."""
+    envs = {f"env:{k}": FakeEnv(episode_length=600) for k in (1, 2)}
+    model = PendingModel(fuses_predicts=True)
+    model.fleet = fleet = Fleet(EpisodePool(max_episodes=4), model, RuntimeLimits(), fuse_wait=3.0)
+    run = FleetRun(list(envs), fleet, session_id="s")
+    report = await run.run(*fake_endpoints(envs, model, max_episodes=4))
+    calls = len(model.group_sizes)
+    assert calls > 1100
+    assert 0 < model.most <= 1024
+    (size,) = [r for r in report.telemetry if (r.op, r.metric) == ("model.predict", "group.size")]
+    assert size.count == calls

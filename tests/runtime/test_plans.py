@@ -14,6 +14,7 @@ import pytest
 from trio_rlmesh.protocol import model_v1, spaces_v1
 from trio_rlmesh.runtime._episodes import EpisodeBook
 from trio_rlmesh.runtime._plans import ActionPlan
+from trio_rlmesh.runtime._pool import EpisodePool
 
 
 def value(name: str) -> spaces_v1.SpaceValue:
@@ -36,9 +37,8 @@ def started(num_envs: int = 1, **plan_kw: Any) -> tuple[EpisodeBook, ActionPlan[
     counter = itertools.count(1)
     book = EpisodeBook(
         num_envs=num_envs,
-        session_id="s",
         owns_resets=num_envs == 1,
-        episode_seeds=[7] * num_envs,
+        pool=EpisodePool(episode_seeds=[7] * num_envs, seeds_by_lane=True),
         mint=lambda: f"id-{next(counter)}",
     )
     book.begin_reset(list(range(num_envs)))

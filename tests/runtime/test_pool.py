@@ -92,7 +92,8 @@ def test_pool_table(
     got: list[Any] = []
     for action, *args in script:
         if action == "claim":
-            got.append(pool.claim(args[0]))
+            (claimed,) = pool.claim(args[0], [0])
+            got.append(claimed)
         elif action == "complete":
             got.append(pool.complete(args[0]))
         elif action == "release":
@@ -106,20 +107,20 @@ def test_pool_table(
 
 def test_a_base_seed_gives_episode_k_the_seed_of_a_one_lane_run() -> None:
     pool = EpisodePool(base_seed=5, session_id="s")
-    single = EpisodeBook(num_envs=1, session_id="s", owns_resets=True, base_seed=5)
+    alone = EpisodePool(base_seed=5, session_id="s", seeds_by_lane=True)
+    single = EpisodeBook(num_envs=1, owns_resets=True, pool=alone)
     for k in range(4):
         (planned,) = single.begin_reset([0])
         single.reset_done([0], now=0.0)
         single.end_episode(0, terminated=True, truncated=False, final_info=None, now=0.0)
-        assert pool.claim("x") == (k, planned.seed)
+        assert pool.claim("x", [0]) == [(k, planned.seed)]
         assert planned.seed == deterministic_reset_seed(5, "s", k, 0)
 
 
 def test_books_sharing_a_pool_number_their_episodes_across_the_fleet() -> None:
     pool = EpisodePool(max_episodes=3, episode_seeds=(40, 41, 42))
-    a = EpisodeBook(num_envs=1, session_id="s", owns_resets=True, pool=pool, endpoint="a:1")
-    b = EpisodeBook(num_envs=2, session_id="s", owns_resets=True, lockstep=False, pool=pool,
-                    endpoint="b:1")  # fmt: skip
+    a = EpisodeBook(num_envs=1, owns_resets=True, pool=pool, endpoint="a:1")
+    b = EpisodeBook(num_envs=2, owns_resets=True, lockstep=False, pool=pool, endpoint="b:1")
     (first,) = a.begin_reset([0])
     (second,) = b.begin_reset([1])
     (third,) = b.begin_reset([0])
@@ -149,8 +150,41 @@ def test_books_sharing_a_pool_number_their_episodes_across_the_fleet() -> None:
     assert [r.index for r in a.completed] == [0, 2]
 
 
-def test_a_book_outside_a_fleet_gives_nothing_back() -> None:
-    book = EpisodeBook(num_envs=1, session_id="s", owns_resets=True)
-    book.begin_reset([0])
-    assert book.give_back() == []
-    assert book.endpoint is None
+def test_a_lane_waits_only_for_episodes_another_endpoint_runs() -> None:
+    """A run of one endpoint is a fleet of one: what its lanes hold never comes back to it."""
+    pool = EpisodePool(max_episodes=3)
+    a = EpisodeBook(num_envs=2, owns_resets=True, lockstep=False, pool=pool)
+    b = EpisodeBook(num_envs=1, owns_resets=True, pool=pool)
+    a.begin_reset([0])
+    a.begin_reset([1])
+    b.begin_reset([0])
+    b.reset_done([0], now=0.0)
+    b.end_episode(0, terminated=True, truncated=False, final_info=None, now=1.0)
+    assert not pool.can_start()
+    assert not pool.may_come_back(a)  # if a were lost, its waiting lane would be too
+    assert pool.may_come_back(b)
+    assert a.give_back() == [0, 1]
+    assert not pool.may_come_back(b)
+    assert a.endpoint is None
+
+
+def test_a_reset_seeds_all_its_lanes_or_none() -> None:
+    """A ResetRequest carries a seed per lane or none at all, so a reset whose episodes run
+    past the explicit seeds is unseeded, and the seeds it leaves are counted as dropped."""
+    pool = EpisodePool(episode_seeds=(7, 8, 9))
+    assert pool.claim("vector", [0, 1]) == [(0, 7), (1, 8)]
+    assert pool.claim("vector", [0, 1]) == [(2, None), (3, None)]
+    assert pool.discarded_seeds == 1
+    assert pool.claim("single", [0]) == [(4, None)]
+    assert pool.discarded_seeds == 1
+
+
+def test_an_episode_given_back_keeps_the_seed_it_first_had() -> None:
+    pool = EpisodePool(max_episodes=3, base_seed=5, session_id="s")
+    assert pool.claim("a", [0]) == [(0, deterministic_reset_seed(5, "s", 0, 0))]
+    assert pool.roll("a") == 1  # the env started it: never seeded
+    assert pool.release("a") == [0, 1]
+    assert (pool.seed(0), pool.seed(1)) == (deterministic_reset_seed(5, "s", 0, 0), None)
+    assert pool.claim("b", [0]) == [(0, deterministic_reset_seed(5, "s", 0, 0))]
+    assert pool.claim("b", [0]) == [(1, None)]
+    assert pool.claim("b", [0]) == [(2, deterministic_reset_seed(5, "s", 2, 0))]

@@ -78,6 +78,12 @@ def test_positive_caps(overrides: dict[str, Any], needle: str) -> None:
     assert needle in message(spec(**overrides))
 
 
+def test_an_infinite_time_cap_is_no_cap() -> None:
+    capped = spec("next_step", 2, max_episode_seconds=float("inf"))
+    assert capped.max_episode_seconds is None
+    capped.validate()  # no cap: no rule about who owns resets
+
+
 def test_vector_seeds_must_cover_whole_batches_before_autoreset_rule() -> None:
     assert "must be a multiple of num_envs (2)" in message(
         spec("next_step", 2, episode_seeds=[1, 2, 3])

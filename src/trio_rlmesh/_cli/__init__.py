@@ -1,9 +1,10 @@
-"""The ``trio-rlmesh`` console script: ``serve-env``, ``serve-model``, ``run`` and ``show``.
+"""The ``trio-rlmesh`` console script: ``serve-env``, ``serve-model``, ``run``, ``show`` and
+``compare``.
 
 One module per concern, imported in one direction only: :mod:`._exit` (exit statuses,
 errors, signals), :mod:`._targets` (what the command line names), :mod:`._serve` and
-:mod:`._run` and :mod:`._show` (the commands), :mod:`._output` and :mod:`._policies`
-(``run``'s helpers).
+:mod:`._run` and :mod:`._show` and :mod:`._compare` (the commands), :mod:`._output` and
+:mod:`._policies` (``run``'s helpers), :mod:`._compare_plot` (``compare --plot``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from ._compare import add_compare_parser
 from ._exit import EXIT_USAGE, UsageError
 from ._output import empty_report_dict, write_json
 from ._run import add_run_parser
@@ -46,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     add_serve_parsers(commands)
     add_run_parser(commands)
     add_show_parser(commands)
+    add_compare_parser(commands)
     return parser
 
 

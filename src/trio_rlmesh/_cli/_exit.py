@@ -141,16 +141,24 @@ def _one_line(text: str) -> str:
 
 OnSignal = Callable[[signal.Signals], None]
 
+LOOP_ANSWER: Final = 1.0
+"""Seconds the trio loop has to take the first signal before the process ends anyway: a
+loop that cannot run the signal's callback is held by user code running inline on it (an
+env step or a predict that does not return), and nothing it would do can stop that."""
+
 
 class Interrupts:
     """SIGINT and SIGTERM for one command: the first stops it, the next ends the process.
 
     The first signal is handed to the trio loop (:meth:`arm`'s callback, which cancels the
-    run or stops the server) and starts a watchdog: if the process is still alive ``grace``
-    seconds later (cleanup is stuck, or interpreter shutdown waits for a stuck worker
-    thread), it ends the process. A second signal ends it at once. Ending the process
-    writes the command's last words first (:meth:`last_words`: a run's finished episodes),
-    unless its normal output is already written, and exits with ``exit_code(first signal)``.
+    run or stops the server) and starts a watchdog: if the loop has not taken it within
+    :data:`LOOP_ANSWER` seconds (user code running inline holds the loop), or if the process
+    is still alive ``grace`` seconds later (cleanup is stuck, or interpreter shutdown waits
+    for a stuck worker thread), it ends the process (``grace=None``: a slow stop never
+    does, as a server asked to drain without a limit must not be cut short). A second
+    signal ends it at once. Ending the process writes the command's last words first
+    (:meth:`last_words`: a run's finished episodes), unless its normal output is already
+    written, and exits with ``exit_code(first signal)``.
 
     The handlers are plain ``signal.signal`` handlers, not trio's signal receiver: Python
     runs them in the main thread even while the trio loop is busy, or after ``trio.run``
@@ -160,7 +168,7 @@ class Interrupts:
 
     SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, *, grace: float, exit_code: Callable[[signal.Signals], int]) -> None:
+    def __init__(self, *, grace: float | None, exit_code: Callable[[signal.Signals], int]) -> None:
         self.grace = grace
         self.received: signal.Signals | None = None
         """The first signal, once one came."""
@@ -170,6 +178,9 @@ class Interrupts:
         self._last_words: Callable[[], object] | None = None
         self._output = threading.Lock()
         self._status: int | None = None
+        self._taken = threading.Event()
+        """Set once the loop has run the first signal's callback."""
+        self._loop_running = False
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[Interrupts]:
@@ -194,6 +205,7 @@ class Interrupts:
         self._token = trio.lowlevel.current_trio_token()
         self._on_signal = on_signal
         if self.received is not None:
+            self._taken.set()
             on_signal(self.received)
 
     def disarm(self) -> None:
@@ -223,24 +235,39 @@ class Interrupts:
             self.exit_now(f"second {signal.Signals(signum).name}")
             return
         self.received = sig = signal.Signals(signum)
-        threading.Thread(target=self._watchdog, name="trio-rlmesh-watchdog", daemon=True).start()
         token, on_signal = self._token, self._on_signal
+        self._loop_running = token is not None and on_signal is not None
+        threading.Thread(target=self._watchdog, name="trio-rlmesh-watchdog", daemon=True).start()
         if token is not None and on_signal is not None:
             with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(on_signal, sig)
+                token.run_sync_soon(self._take, on_signal, sig)
+
+    def _take(self, on_signal: OnSignal, sig: signal.Signals) -> None:
+        self._taken.set()
+        on_signal(sig)
 
     def _watchdog(self) -> None:
         # Written here, not in the handler: a handler that writes could interrupt the main
         # thread in the middle of its own write to the same stream.
         name = self.received.name if self.received is not None else "the signal"
+        grace = self.grace
+        at_most = "" if grace is None else f" (at most {grace:g} s)"
         with contextlib.suppress(Exception):
             sys.stderr.write(
-                f"trio-rlmesh: stopping after {name} (at most {self.grace:g} s); "
-                "send it again to exit now\n"
+                f"trio-rlmesh: stopping after {name}{at_most}; send it again to exit now\n"
             )
             sys.stderr.flush()
-        time.sleep(self.grace)
-        self.exit_now(f"still stopping {self.grace:g} s after {name}")
+        started = time.monotonic()
+        answer = LOOP_ANSWER if grace is None else min(LOOP_ANSWER, grace)
+        if self._loop_running and not self._taken.wait(answer):
+            self.exit_now(
+                f"the event loop did not take {name} within {LOOP_ANSWER:g} s (user code "
+                "running inline on it has not returned, and is left running)"
+            )
+        if grace is None:
+            return
+        time.sleep(max(0.0, grace - (time.monotonic() - started)))
+        self.exit_now(f"still stopping {grace:g} s after {name}")
 
     def exit_now(self, why: str) -> None:
         """End the process now: last words (if still owed), then ``os._exit``."""

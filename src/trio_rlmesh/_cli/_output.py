@@ -121,11 +121,14 @@ def format_summary(report: RuntimeReport) -> str:
     if rate is not None:
         successes = sum(1 for e in episodes if e.success)
         lines.append(f"success rate {rate:.1%} ({successes} of {len(episodes)})")
+    if episodes:
+        lines.append(report.summary.format_line())
     return "\n".join(lines)
 
 
 def format_endpoints(report: RuntimeReport) -> str:
-    """A fleet run's endpoints, one line each (and, for a lost one, why and what ran again).
+    """A fleet run's endpoints, one line each (and, for a lost one, why and what ran again),
+    with the interval estimates of the episodes each one ran.
 
     >>> from trio_rlmesh.runtime import EndpointReport
     >>> report = RuntimeReport("completed", None, "s", "fleet", (), 90, endpoints=(
@@ -143,6 +146,9 @@ def format_endpoints(report: RuntimeReport) -> str:
             f"endpoint {part.endpoint}: {part.status}, {plural(part.episodes, 'episode')}, "
             f"{part.env_step_calls} env steps"
         )
+        summary = report.summary_of(part.endpoint)
+        if summary.episodes:
+            lines.append(f"  {summary.format_line()}")
         if part.error is not None:
             retried = ", ".join(f"episode {i} (seed {seed})" for i, seed in part.retried)
             lines.append(f"  lost: {part.error}; started again elsewhere: {retried or 'none'}")

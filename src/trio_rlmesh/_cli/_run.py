@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
-import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import attrs
 import trio
 
-from .._errors import Error, TransportError
+from .._errors import Error, SpecError, TransportError
+from .._facade import RunLocalOptions
 from ..record import RecordOptions
 from ..runtime import RuntimeDriver, RuntimeHooks, RuntimeReport
 from ..runtime._internal import (
@@ -22,6 +23,7 @@ from ..runtime._internal import (
     SERVING_USER_CODE_MODES,
     FleetRun,
     ServingUserCode,
+    check_count,
 )
 from ._exit import (
     EXIT_CANCELLED,
@@ -72,7 +74,7 @@ from ._tokens import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["add_run_parser", "parse_seeds", "run_command"]
+__all__ = ["add_run_parser", "run_command"]
 
 DEFAULT_ENV = "gymnasium:CartPole-v1"
 DEFAULT_EPISODES = 10
@@ -99,30 +101,11 @@ API_OPTIONS: Final = {
     "user_code": "--user-code",
     "grpc_backend": "--grpc-backend",
 }
-"""The :class:`~trio_rlmesh.RunLocalOptions` fields ``run`` sets from an option, by name:
-its errors name the option instead."""
-
-
-def parse_seeds(text: str) -> list[int]:
-    """Parse ``0,1,2`` or an inclusive range ``0..39``.
-
-    >>> parse_seeds("3..5"), parse_seeds("7, 9")
-    ([3, 4, 5], [7, 9])
-    """
-    text = text.strip()
-    if ".." in text:
-        low_text, _, high_text = text.partition("..")
-        try:
-            low, high = int(low_text), int(high_text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"bad seed range {text!r}; use e.g. 0..39") from None
-        if high < low:
-            raise argparse.ArgumentTypeError(f"seed range {text!r} is empty; use low..high")
-        return list(range(low, high + 1))
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad seed list {text!r}; use e.g. 0,1,2") from None
+"""The :class:`~trio_rlmesh.RunLocalOptions` fields ``run`` sets from an option, by name: each
+field takes its option's value (one not given leaves the field's default), and the options'
+errors name the option instead. ``run`` checks none of these values itself: the options do
+(see :func:`_run_options`), so the command line and the Python API refuse the same values
+with the same words."""
 
 
 def add_run_parser(commands: Any) -> None:
@@ -176,7 +159,7 @@ def add_run_parser(commands: Any) -> None:
         "--model", help="module:attr, a model server address, or 'random' (samples actions)"
     )
     p.add_argument("--episodes", type=int, help=f"episodes to run (default {DEFAULT_EPISODES})")
-    p.add_argument("--seeds", type=parse_seeds, help="seed list 0,1,2 or range 0..39")
+    p.add_argument("--seeds", help="seed list 0,1,2 or range 0..39")
     p.add_argument("--base-seed", type=int, help="derive reset seeds from this seed")
     p.add_argument("--max-episode-steps", type=int, help="truncate episodes after N steps")
     p.add_argument("--max-episode-seconds", type=float, help="truncate episodes after S seconds")
@@ -219,7 +202,8 @@ def add_run_parser(commands: Any) -> None:
 class _Plan:
     """A run, checked and loaded before anything starts."""
 
-    episodes: int
+    options: RunLocalOptions
+    """The run's options, checked; :func:`_evaluate` only sets the env servers' addresses."""
     env_label: str
     env_addresses: tuple[str, ...]
     """The env servers to connect to (several: a fleet); empty: serve :attr:`env`
@@ -235,18 +219,34 @@ class _Plan:
     """The model object; ``None`` for a model server or a baseline chosen at connect."""
     baseline: Literal["default", "random"] | None = None
     """``default``: no ``--model`` (the heuristic on CartPole, else random); ``random``."""
-    seed: int | None = None
-    """The run's seed (``--base-seed``, else the first of ``--seeds``), for the random policy."""
     env_token: str | None = None
     model_token: str | None = None
     record: RecordOptions | None = None
     """What to record (``--record``, ``--record-video``); the model is named at connect."""
-    user_code: ServingUserCode | None = None
-    """``--user-code``: for the model, and for an env served here or on Ray actors."""
-    fuse_wait: float = DEFAULT_FUSE_WAIT
-    """``--fuse-wait``: a fleet's."""
-    grpc_backend: Literal["trio", "grpclib"] = "trio"
-    """``--grpc-backend``: how this process speaks gRPC to the servers."""
+
+    @property
+    def episodes(self) -> int:
+        """How many episodes the run counts."""
+        assert self.options.max_episodes is not None
+        return int(self.options.max_episodes)
+
+    @property
+    def seed(self) -> int | None:
+        """The run's seed (``--base-seed``, else the first of ``--seeds``), for the random
+        policy."""
+        if self.options.base_seed is not None:
+            return int(self.options.base_seed)
+        return self.options.episode_seeds[0] if self.options.episode_seeds else None
+
+    @property
+    def user_code(self) -> ServingUserCode | None:
+        """``--user-code``: for the model, and for an env served here or on Ray actors."""
+        return self.options.user_code
+
+    @property
+    def grpc_backend(self) -> Literal["trio", "grpclib"]:
+        """``--grpc-backend``: how this process speaks gRPC to the servers."""
+        return self.options.grpc_backend
 
     @property
     def env_address(self) -> str | None:
@@ -283,40 +283,38 @@ def _env_targets(args: argparse.Namespace) -> list[str]:
     return targets
 
 
-def _check_options(args: argparse.Namespace) -> int:
-    """Check the numeric options; returns the episode count."""
-    seeds: list[int] = args.seeds or []
-    episodes: int | None = args.episodes
-    if seeds and episodes is not None and episodes != len(seeds):
-        raise UsageError(
-            f"--episodes {episodes} disagrees with the {len(seeds)} seeds given; "
-            "drop --episodes or give one seed per episode"
-        )
-    if episodes is None:
-        episodes = len(seeds) if seeds else DEFAULT_EPISODES
-    if episodes < 1:
-        raise UsageError(f"--episodes must be at least 1, got {episodes}")
-    if args.execution_horizon < 1:
-        raise UsageError(
-            f"--execution-horizon must be at least 1 (actions per predict), "
-            f"got {args.execution_horizon}"
-        )
-    if args.prefetch_lead < 0:
-        raise UsageError(f"--prefetch-lead must be 0 or more frames, got {args.prefetch_lead}")
-    if args.max_episode_steps is not None and args.max_episode_steps < 1:
-        raise UsageError(f"--max-episode-steps must be at least 1, got {args.max_episode_steps}")
-    seconds = args.max_episode_seconds
-    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
-        raise UsageError(f"--max-episode-seconds must be a positive number, got {seconds}")
-    fuse_wait = args.fuse_wait
-    if fuse_wait is not None and not (math.isfinite(fuse_wait) and fuse_wait >= 0):
-        raise UsageError(f"--fuse-wait must be 0 or more seconds, got {fuse_wait}")
-    return episodes
+@contextlib.contextmanager
+def _usage_errors() -> Iterator[None]:
+    """What :class:`~trio_rlmesh.RunLocalOptions` refuses is a mistake on the command line."""
+    try:
+        yield
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _run_options(
+    args: argparse.Namespace, env: Any, env_token: str | None, record: RecordOptions | None
+) -> RunLocalOptions:
+    """The run's :class:`~trio_rlmesh.RunLocalOptions`, from the options as typed.
+
+    The options check every value (an error here is a usage error, named by the option in
+    :data:`API_OPTIONS`); ``env`` is what they know of the env so far (the servers'
+    addresses, the target served here, or ``None`` for servers not started yet).
+    """
+    typed = {
+        field: getattr(args, option.removeprefix("--").replace("-", "_"))
+        for field, option in API_OPTIONS.items()
+    }
+    given = {field: value for field, value in typed.items() if value is not None}
+    with _usage_errors():
+        options = RunLocalOptions(env, token=env_token, close_env=False, record=record, **given)
+    if options.max_episodes is None:  # neither --episodes nor --seeds
+        options = attrs.evolve(options, max_episodes=DEFAULT_EPISODES)
+    return options
 
 
 def _plan(args: argparse.Namespace) -> _Plan:
     """Check every argument and load every target, before anything starts."""
-    episodes = _check_options(args)
     check_writable(args.json, "--json")
     kwargs = env_kwargs(args.env_kwargs, args.env_arg)
     targets = _env_targets(args) or [DEFAULT_ENV]
@@ -349,8 +347,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
         env = load_env_target(env_label, kwargs, run=True)
     ray_envs: int | None = args.ray_envs
     if ray_envs is not None:
-        if ray_envs < 1:
-            raise UsageError(f"--ray-envs must be at least 1 server, got {ray_envs}")
+        with _usage_errors():  # env_fleet's own rule, checked before Ray starts
+            check_count("--ray-envs", ray_envs, optional=False)
         if env_addresses:
             raise UsageError(
                 "--ray-envs serves an env target on Ray actors; "
@@ -370,20 +368,17 @@ def _plan(args: argparse.Namespace) -> _Plan:
         model_address = check_address(args.model, "--model")
     else:
         model = load_model_target(args.model, run=True)
-    if args.fuse_wait is not None and len(env_addresses) < 2 and (ray_envs or 0) < 2:
-        raise UsageError(
-            "--fuse-wait tunes how a fleet's predicts are fused (several --env addresses, "
-            "--envs-file or --ray-envs N); this run drives one env"
-        )
     if args.user_code is not None and model_address is not None and env_addresses:
         raise UsageError(
             "--user-code sets where this process runs user code, but the env and the model "
             "are both servers here; pass it to their serve-env / serve-model instead"
         )
-    seeds: list[int] = args.seeds or []
     record = _record(args)
+    env_token = _token(args, "env", env_addresses[0] if env_addresses else None)
+    # Servers started later (Ray actors) are not known yet: the options hear of them then.
+    known = env_addresses or (None if ray_envs is not None else env)
     return _Plan(
-        episodes,
+        _run_options(args, known, env_token, record),
         env_label,
         env_addresses,
         env,
@@ -392,14 +387,10 @@ def _plan(args: argparse.Namespace) -> _Plan:
         model_label,
         model_address,
         model,
-        env_token=_token(args, "env", env_addresses[0] if env_addresses else None),
+        env_token=env_token,
         model_token=_token(args, "model", model_address),
         baseline=baseline,
-        seed=args.base_seed if args.base_seed is not None else (seeds[0] if seeds else None),
         record=record,
-        user_code=args.user_code,
-        fuse_wait=DEFAULT_FUSE_WAIT if args.fuse_wait is None else args.fuse_wait,
-        grpc_backend=args.grpc_backend,
     )
 
 
@@ -467,7 +458,6 @@ class _DriverSlot:
 async def _evaluate(
     args: argparse.Namespace, plan: _Plan, console: Console, interrupts: Interrupts
 ) -> RuntimeReport:
-    from .._facade import RunLocalOptions
     from ..transports.grpc import serve_env
 
     progress = RunProgress(plan.episodes, plan.ray_envs or max(1, len(plan.env_addresses)))
@@ -491,23 +481,8 @@ async def _evaluate(
             if plan.user_code is not None:
                 served = functools.partial(serve_env, user_code=plan.user_code)
             addresses = [await nursery.start(served, plan.env, "127.0.0.1:0")]
-        options = RunLocalOptions(
-            addresses,  # a Ray fleet brings its own token
-            token=plan.env_token,
-            base_seed=args.base_seed,
-            episode_seeds=tuple(args.seeds or ()),
-            max_episodes=plan.episodes,
-            max_episode_steps=args.max_episode_steps,
-            max_episode_seconds=args.max_episode_seconds,
-            execution_horizon=args.execution_horizon,
-            prefetch_lead=args.prefetch_lead,
-            close_env=False,
-            tolerate_endpoint_failures=args.tolerate_endpoint_failures,
-            record=plan.record,
-            user_code=plan.user_code,
-            fuse_wait=plan.fuse_wait,
-            grpc_backend=plan.grpc_backend,
-        )
+        with _usage_errors():  # a Ray fleet brings its own token
+            options = attrs.evolve(plan.options, env_address=addresses)
         # The bar starts below the line that says what runs (printed once connected).
         announced = None if bar is None else functools.partial(nursery.start_soon, bar.run)
         try:
@@ -622,7 +597,6 @@ _BASELINE_NAMES: dict[type, str] = {
     RandomPolicy: "trio-rlmesh random policy",
 }
 
-_CONNECTS: dict[str | None, Side] = {"env.handshake": "env", "model.connect": "model"}
 _OTHER: dict[Side, Side] = {"env": "model", "model": "env"}
 _TOKEN_SOURCES: dict[Side, str] = {
     "env": f"--env-token, --token, a --token-file or ${ENV_TOKEN_VARIABLE}/${TOKEN_VARIABLE}",
@@ -637,7 +611,10 @@ async def _explain_connect_failure(error: TransportError, plan: _Plan) -> Error:
     ``--model``, or the reverse) is told apart by a handshake on the other service; a token
     problem names the options that carry tokens.
     """
-    side = _CONNECTS.get(error.operation)
+    from ..transports.grpc._internal import handshake_operation
+
+    sides: tuple[Side, ...] = ("env", "model")
+    side = next((s for s in sides if error.operation == handshake_operation(s)), None)
     address = plan.env_address if side == "env" else plan.model_address
     if side == "env" and error.address in plan.env_addresses:
         address = error.address  # a fleet: the server that failed
@@ -708,6 +685,9 @@ def run_command(args: argparse.Namespace) -> int:
             report = getattr(unwrap(exc), "report", None)
             if isinstance(unwrap(exc), UnwritableReport):
                 args.json = None  # the failed report has nowhere to go either
+        if interrupts.received is not None and report is not None:
+            # The process ends within its grace after a signal: no time for the bootstrap.
+            report = attrs.evolve(report, summary_resamples=0)
         status = _status(report, failure)
         with interrupts.final_output(status):
             if not _write_results(args, console, report, failure) and status == EXIT_OK:

@@ -8,15 +8,17 @@ write it to ``--ready-file`` once serving.
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import trio
 
-from ..runtime._internal import SERVING_USER_CODE_MODES
+from ..runtime._internal import SERVING_USER_CODE_MODES, busy_worker_threads
+from ..transports.grpc import ServerLimits
 from ._exit import EXIT_CANCELLED, EXIT_OK, Interrupts, UsageError, describe
 from ._targets import (
     add_env_kwargs_options,
@@ -32,7 +34,21 @@ __all__ = ["add_serve_parsers"]
 
 ServeFn = Callable[[trio.TaskStatus[str]], Awaitable[None]]
 
+SERVE_OPTIONS: Final = {
+    "num_envs": "--num-envs",
+    "drain_timeout": "--drain-timeout",
+    "max_connections": "--max-connections",
+    "idle_connection_timeout": "--idle-connection-timeout",
+}
+"""The ``serve_env``/``serve_model`` arguments (and :class:`ServerLimits` fields) set from
+an option, by name: their errors (they check the values, not this module) name the option
+instead."""
+
+DEFAULT_LIMITS = ServerLimits()
 DEFAULT_DRAIN_TIMEOUT = 5.0
+STUCK_THREAD_WAIT = 0.2
+"""Seconds a stopped server waits for its worker threads to end before saying which
+still run user code (abandoned, hung) as the process exits."""
 STOP_MARGIN = 2.0
 """Seconds past the drain timeout a signalled server may take to stop before the process
 ends anyway (closing connections and the env, joining worker threads)."""
@@ -52,8 +68,10 @@ def add_serve_parsers(commands: Any) -> None:
         default=None,
         help="lanes, one env each (gymnasium:<id>, a class or a function)",
     )
+    from ..transports.grpc._internal import AUTORESET_MODES
+
     serve_env.add_argument(
-        "--autoreset", choices=("next-step", "disabled"), default=None, help="vector envs"
+        "--autoreset", choices=tuple(AUTORESET_MODES), default=None, help="vector envs"
     )
     add_env_kwargs_options(serve_env)
     serve_env.set_defaults(handler=serve_env_command)
@@ -89,6 +107,22 @@ def add_serve_parsers(commands: Any) -> None:
             "always on the event loop",
         )
         add_grpc_backend_option(sub)
+        sub.add_argument(
+            "--max-connections",
+            type=int,
+            default=DEFAULT_LIMITS.max_connections,
+            metavar="N",
+            help="connections served at once; past it, the one idle longest is closed "
+            f"(default {DEFAULT_LIMITS.max_connections})",
+        )
+        sub.add_argument(
+            "--idle-connection-timeout",
+            type=float,
+            default=DEFAULT_LIMITS.idle_connection_timeout,
+            metavar="S",
+            help="close a connection that has had no call for S seconds "
+            f"(default {DEFAULT_LIMITS.idle_connection_timeout:g})",
+        )
 
 
 def serve_env_command(args: argparse.Namespace) -> int:
@@ -96,16 +130,10 @@ def serve_env_command(args: argparse.Namespace) -> int:
     from ..transports.grpc import serve_env
 
     def prepare() -> ServeFn:
-        if args.num_envs is not None and args.num_envs < 1:
-            raise UsageError(f"--num-envs must be at least 1, got {args.num_envs}")
         check_bind_address(args.bind)
+        limits = _server_limits(args)
         token = resolve_token(args)
         env = load_env_target(args.env, env_kwargs(args.env_kwargs, args.env_arg))
-        if args.num_envs not in (None, 1) and not callable(env):
-            raise UsageError(
-                f"--num-envs {args.num_envs} needs a gymnasium:<id>, a class or a function "
-                f"(one env per lane); ENV {args.env!r} is one env object"
-            )
 
         async def serve(task_status: trio.TaskStatus[str]) -> None:
             await serve_env(
@@ -117,6 +145,7 @@ def serve_env_command(args: argparse.Namespace) -> int:
                 drain_timeout=args.drain_timeout,
                 user_code=args.user_code,
                 backend=args.grpc_backend,
+                limits=limits,
                 task_status=task_status,
             )
 
@@ -131,6 +160,7 @@ def serve_model_command(args: argparse.Namespace) -> int:
 
     def prepare() -> ServeFn:
         check_bind_address(args.bind)
+        limits = _server_limits(args)
         token = resolve_token(args)
         model = load_model_target(args.model)
 
@@ -142,6 +172,7 @@ def serve_model_command(args: argparse.Namespace) -> int:
                 drain_timeout=args.drain_timeout,
                 user_code=args.user_code,
                 backend=args.grpc_backend,
+                limits=limits,
                 task_status=task_status,
             )
 
@@ -150,24 +181,44 @@ def serve_model_command(args: argparse.Namespace) -> int:
     return _run_server(args, prepare)
 
 
-def _check_drain_timeout(args: argparse.Namespace) -> None:
-    seconds = args.drain_timeout
-    if not (seconds >= 0 and seconds != float("inf")):
-        raise UsageError(f"--drain-timeout must be 0 or more seconds, got {seconds}")
+def _server_limits(args: argparse.Namespace) -> ServerLimits:
+    """The limits the options ask for (ServerLimits validates them; :data:`SERVE_OPTIONS`
+    names them as the options)."""
+    try:
+        return ServerLimits(
+            max_connections=args.max_connections,
+            idle_connection_timeout=args.idle_connection_timeout,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _grace(drain_timeout: float) -> float | None:
+    """How long a signalled server may take to stop before the process ends anyway."""
+    if drain_timeout == math.inf:
+        return None  # asked to drain without a limit: nothing cuts it short
+    # A timeout serve_* refuses (negative, NaN) never drains: the margin alone.
+    return (drain_timeout if drain_timeout >= 0 else 0.0) + STOP_MARGIN
 
 
 def _run_server(args: argparse.Namespace, prepare: Callable[[], ServeFn]) -> int:
-    grace = (args.drain_timeout if args.drain_timeout >= 0 else 0.0) + STOP_MARGIN
-    interrupts = Interrupts(grace=grace, exit_code=_exit_code)
+    interrupts = Interrupts(grace=_grace(args.drain_timeout), exit_code=_exit_code)
     with interrupts.installed():
         try:
-            _check_drain_timeout(args)
             serve = prepare()
-            return trio.run(_serve, args, serve, interrupts)
+            code = trio.run(_serve, args, serve, interrupts)
         except Exception as exc:  # the one place a failure becomes an exit status
-            failure = describe(exc)
+            failure = describe(exc, SERVE_OPTIONS)
             print(f"trio-rlmesh {args.command}: {failure.message}", file=sys.stderr)
             return failure.exit_code
+        stuck = busy_worker_threads(wait=STUCK_THREAD_WAIT)
+        if stuck:
+            print(
+                f"trio-rlmesh {args.command}: exiting with user code it abandoned still running "
+                f"on {len(stuck)} worker thread(s): {', '.join(stuck)}",
+                file=sys.stderr,
+            )
+        return code
 
 
 async def _serve(args: argparse.Namespace, serve: ServeFn, interrupts: Interrupts) -> int:

@@ -66,9 +66,16 @@ class RunProgress(RuntimeHooks):
         self.records.append(event.record)
 
     def report(self, reason: str) -> RuntimeReport:
-        """A cancelled report of the episodes counted so far (no telemetry)."""
+        """A cancelled report of the episodes counted so far (no telemetry; a quick summary:
+        the process is ending)."""
         return RuntimeReport(
-            "cancelled", reason, "", "", tuple(self.records), env_step_calls=self.steps
+            "cancelled",
+            reason,
+            "",
+            "",
+            tuple(self.records),
+            env_step_calls=self.steps,
+            summary_resamples=0,
         )
 
     def text(self) -> str:

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, Literal
 
+from .._errors import SpecError
+from ..protocol._internal import check_token
 from ._exit import UsageError
 from ._output import read_text_file
 
@@ -64,23 +66,30 @@ def add_side_token_options(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def _checked(token: str, source: str) -> str:
-    if not token.strip():
-        raise UsageError(
-            f"the token from {source} is empty (an unset variable?); give a non-empty token, "
-            "or none at all to go without authentication"
-        )
+def _checked(token: str, refusal: str) -> str:
+    """``token`` if the API's rule (:func:`check_token`, which the servers and clients
+    apply again) takes it; else a usage error saying ``refusal``, which names where the
+    token came from."""
+    try:
+        check_token(token)
+    except SpecError:
+        raise UsageError(refusal) from None
     return token
 
 
+def _unset(source: str) -> str:
+    return (
+        f"the token from {source} is empty (an unset variable?); give a non-empty token, "
+        "or none at all to go without authentication"
+    )
+
+
 def _read(path: Path, option: str) -> str:
-    text = read_text_file(path, option)
-    if not text.strip():
-        raise UsageError(
-            f"{option} {path} is empty; write the token into it, or drop {option} to go "
-            "without authentication"
-        )
-    return text.strip()
+    return _checked(
+        read_text_file(path, option).strip(),
+        f"{option} {path} is empty; write the token into it, or drop {option} to go "
+        "without authentication",
+    )
 
 
 def resolve_token(
@@ -96,7 +105,7 @@ def resolve_token(
     for prefix in prefixes:
         value = getattr(args, f"{prefix}token", None)
         if value is not None:
-            return _checked(value, f"--{prefix.replace('_', '-')}token")
+            return _checked(value, _unset(f"--{prefix.replace('_', '-')}token"))
     for prefix in prefixes:
         path = getattr(args, f"{prefix}token_file", None)
         if path is not None:
@@ -105,7 +114,7 @@ def resolve_token(
     for variable in variables:
         value = environ.get(variable)
         if value is not None:
-            return _checked(value, f"${variable}")
+            return _checked(value, _unset(f"${variable}"))
     return None
 
 

@@ -28,13 +28,13 @@ Example::
 
 from __future__ import annotations
 
+from .._png import PngError as PngError
+from .._png import decode_png as decode_png
 from ._async import DEFAULT_REQUEST_TIMEOUT as DEFAULT_REQUEST_TIMEOUT
 from ._async import AsyncRemoteEnv as AsyncRemoteEnv
 from ._async import AsyncRemoteVectorEnv as AsyncRemoteVectorEnv
 from ._async import open_remote_env as open_remote_env
 from ._async import open_remote_vector_env as open_remote_vector_env
-from ._png import PngError as PngError
-from ._png import decode_png as decode_png
 from ._registration import ENV_ID as ENV_ID
 from ._registration import register as register
 from ._sync import RemoteEnv as RemoteEnv

@@ -29,6 +29,7 @@ import numpy as np
 import trio
 
 from .._errors import Error, ProtocolError, SpecError
+from .._png import PngError, decode_png
 from ..protocol import (
     SUPPORTED_WORKFLOW_EDITIONS,
     core_v1,
@@ -48,7 +49,6 @@ from ..spaces import (
     unstack,
 )
 from ..transports.grpc import BackendName, EnvClient, GrpcSettings, open_env_client
-from ._png import PngError, decode_png
 from ._values import Finisher, batch_finisher, lane_finisher, lane_infos
 
 __all__ = [
@@ -586,7 +586,9 @@ async def open_remote_env(
 
     Raises:
         SpecError: the endpoint serves more than one lane (use
-            :func:`open_remote_vector_env`), or no workflow edition is shared.
+            :func:`open_remote_vector_env`).
+        ProtocolError: the server speaks another protocol generation, or shares no
+            workflow edition with this client.
         TransportError: the server is unreachable or refused the token.
         OperationTimeout: connecting took longer than ``connect_timeout``.
 

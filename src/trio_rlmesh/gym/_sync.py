@@ -118,6 +118,8 @@ class RemoteEnv(_Bound, gymnasium.Env[Any, Any]):
     Raises:
         SpecError: the endpoint serves several lanes (use :class:`RemoteVectorEnv`), or
             ``render_mode`` differs from the server's.
+        ProtocolError: the server speaks another protocol generation, or shares no
+            workflow edition with this client.
         TransportError: the server is unreachable or refused the token.
         OperationTimeout: connecting took longer than ``connect_timeout``.
 
@@ -202,7 +204,7 @@ class RemoteVectorEnv(_Bound, gymnasium.vector.VectorEnv[Any, Any, Any]):
     Raises:
         SpecError: ``num_envs`` is not the endpoint's lane count, or ``render_mode``
             differs from the server's.
-        TransportError, OperationTimeout: as for :class:`RemoteEnv`.
+        ProtocolError, TransportError, OperationTimeout: as for :class:`RemoteEnv`.
 
     Example::
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from .._errors import SpecError
+
 PROTOCOL_GENERATION: Final = "rlmesh-wire-v1"
 """The only generation this package speaks; servers compare it after trimming whitespace."""
 
@@ -93,3 +95,21 @@ def highest_shared_edition(*lists: tuple[str, ...] | list[str]) -> str | None:
     for other in lists[1:]:
         shared &= {e.strip() for e in other if e.strip()}
     return max(shared, key=edition_sort_key) if shared else None
+
+
+def check_token(token: str | None) -> str | None:
+    """An auth token as every client and server of this package takes it: ``None`` for no
+    authentication, else a string that is not blank.
+
+    A blank token is refused rather than taken for "none": it is almost always an unset
+    variable, and a server serving with it would have authentication off.
+
+    >>> check_token("s3cret"), check_token(None)
+    ('s3cret', None)
+    """
+    if token is not None and not token.strip():
+        raise SpecError(
+            f"token must not be blank (an unset variable?), got {token!r}; give the token, "
+            "or None to go without authentication"
+        )
+    return token

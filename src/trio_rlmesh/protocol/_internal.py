@@ -32,6 +32,7 @@ from ._constants import (
     META_CONFORMANCE_WARNING,
     META_RESET_OPTIONS,
     RESET_OPTION_TRIAL_INDEX,
+    check_token,
     has_capability,
     highest_shared_edition,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "WIRE_VARINT",
     "CarriedValue",
     "carried_batch",
+    "check_token",
     "decode_checked",
     "decode_env_join_request",
     "decode_env_join_response",

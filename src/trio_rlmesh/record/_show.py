@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import statistics
@@ -11,6 +12,9 @@ from typing import Any
 import attrs
 
 from .._errors import SpecError
+from ..runtime import RunSummary
+from ..runtime._internal import summarize as summarize_returns
+from ._bands import draw_intervals
 from ._options import EXTRA, require_minari
 
 __all__ = ["DatasetSummary", "check_plot_path", "plot_returns", "summarize"]
@@ -49,6 +53,11 @@ class DatasetSummary:
     def steps(self) -> int:
         return sum(self.lengths)
 
+    @functools.cached_property
+    def intervals(self) -> RunSummary:
+        """The returns' interval estimates, as a run's report has them (no timing)."""
+        return summarize_returns(self.returns, steps=self.lengths)
+
     def format(self) -> str:
         """The summary as a few lines of text.
 
@@ -60,6 +69,7 @@ class DatasetSummary:
         episodes  2 (1 terminated, 1 truncated)
         steps     4 (mean length 2.0)
         return    mean 2.000  std 1.414  min 1.000  max 3.000
+        intervals mean 2.000 [1.000, 3.000] · IQM 2.000 [1.000, 3.000] (n=2)
         """
         lines = [
             f"dataset   {self.dataset_id} ({self.path})",
@@ -76,6 +86,7 @@ class DatasetSummary:
             f"steps     {self.steps} (mean length {mean_length:.1f})",
             f"return    mean {statistics.fmean(self.returns):.3f}  std {spread:.3f}  "
             f"min {min(self.returns):.3f}  max {max(self.returns):.3f}",
+            f"intervals {self.intervals.format_line()}",
         ]
         return "\n".join(lines)
 
@@ -147,10 +158,12 @@ RETURNS_WINDOW = 10
 def plot_returns(summary: DatasetSummary, out: str | os.PathLike[str]) -> Path:
     """Save a plot of the return per episode to ``out`` (PNG, SVG, PDF... by the extension).
 
-    The plot shows each episode's return, their mean, and the spread as a band: the mean
-    ± standard deviation of the returns over the last :data:`RETURNS_WINDOW` episodes. The
-    legend sits beside the axes, never over the data. Needs matplotlib (in the ``record``
-    extra). Returns the path written.
+    The plot shows each episode's return; the intervals :meth:`DatasetSummary.format`
+    prints: the mean with a band for its confidence interval, the IQM with a band for its;
+    and the spread as a band: the mean ± standard deviation of the returns over the last
+    :data:`RETURNS_WINDOW` episodes. The legend sits beside the axes, never over the data.
+    Needs matplotlib (in the ``record`` extra); the intervals, the ``analysis`` extra.
+    Returns the path written.
 
     Raises:
         SpecError: matplotlib is missing, or does not write ``out``'s kind of file.
@@ -177,9 +190,7 @@ def _returns_figure(summary: DatasetSummary) -> Any:
             label=f"mean ± std, last {min(RETURNS_WINDOW, len(returns))}",
         )  # fmt: skip
     axes.plot(episodes, returns, marker="o", markersize=3, linewidth=1, label="return")
-    if returns:
-        mean = statistics.fmean(returns)
-        axes.axhline(mean, color="tab:red", linestyle="--", linewidth=1, label=f"mean {mean:.2f}")
+    draw_intervals(axes, summary.intervals)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("episode")
     axes.set_ylabel("return")

@@ -32,11 +32,13 @@ from ._interfaces import RuntimeEnv as RuntimeEnv
 from ._interfaces import RuntimeModel as RuntimeModel
 from ._report import EndpointReport as EndpointReport
 from ._report import EpisodeRecord as EpisodeRecord
+from ._report import RunSetup as RunSetup
 from ._report import RunStatus as RunStatus
 from ._report import RuntimeReport as RuntimeReport
 from ._spec import PeerCeiling as PeerCeiling
 from ._spec import RuntimeLimits as RuntimeLimits
 from ._spec import RuntimeSessionSpec as RuntimeSessionSpec
+from ._summary import RunSummary as RunSummary
 from ._telemetry import TelemetryRow as TelemetryRow
 
 __all__ = [
@@ -52,7 +54,9 @@ __all__ = [
     "ObservationEmitted",
     "PeerCeiling",
     "ResetCompleted",
+    "RunSetup",
     "RunStatus",
+    "RunSummary",
     "RuntimeDriver",
     "RuntimeEnv",
     "RuntimeHooks",

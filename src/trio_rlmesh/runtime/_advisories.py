@@ -1,7 +1,7 @@
 """The report's advisories: what a run did differently from what was asked, in plain words.
 
 Pure: the texts are built from counters the run's state machines keep
-(:class:`~trio_rlmesh.runtime._episodes.EpisodeBook`,
+(:class:`~trio_rlmesh.runtime._episodes.EpisodeBook` and its pool,
 :class:`~trio_rlmesh.runtime._plans.ActionPlan`) and from the :class:`FailureLog` of
 calls whose failure does not fail the run.
 """
@@ -65,11 +65,11 @@ def advisories(
         )
     if book.over_quota:
         out.append(
-            f"dropped {book.over_quota} completion(s) beyond max_episodes={book.max_episodes}"
+            f"dropped {book.over_quota} completion(s) beyond max_episodes={book.pool.max_episodes}"
         )
-    if book.discarded_seeds:
+    if book.pool.discarded_seeds:
         out.append(
-            f"episode_seeds could not cover a whole reset: {book.discarded_seeds} unused "
+            f"episode_seeds could not cover a whole reset: {book.pool.discarded_seeds} unused "
             "seed(s) were dropped and later episodes were seeded by the env"
         )
     if any(p.history_refused for p in plans):

@@ -8,13 +8,13 @@ the pure machines (:mod:`._episodes`, :mod:`._plans`).
   the request's ``timeout_ms`` itself is bounded only by ``limit + grace``, so its own
   timeout answer reaches the caller; every other call is cut off exactly at its limit, and
   a synchronous answer that comes back late is a timeout too.
-* :func:`call_fused` makes one fused predict call and :func:`settle_fused` accounts and
-  checks each driver's part of it.
+* :class:`Predictor` is one driver's predicts: the call it makes on its own, and the
+  accounting and checks of its part of a fused call, which :func:`call_fused` makes.
 * :class:`Background` runs ``reset_adapter`` evictions without blocking the loop.
 * :class:`Prefetch` is one predict running ahead of the replayed frames.
-* :class:`PredictBatcher` fuses the predicts of lanes that wait at the same time into
-  one call of the function it is given; across a fleet's endpoints it may wait a
-  bounded time for the others to join.
+* :class:`PredictBatcher` fuses the predicts of lane groups that wait at the same time
+  into one call of the function it is given (a fleet's batcher, in :mod:`._fleet`, may
+  wait a bounded time for the others to join).
 * :func:`check_prediction`, :func:`observation_of` and :func:`env_lane` check answers
   and give their errors the env's lane.
 """
@@ -49,8 +49,10 @@ __all__ = [
     "Background",
     "Call",
     "EndpointCalls",
+    "FusedPredict",
     "Outcome",
     "PredictBatcher",
+    "Predictor",
     "Prefetch",
     "call_fused",
     "check_prediction",
@@ -59,7 +61,6 @@ __all__ = [
     "fmt_seconds",
     "is_cancellation",
     "observation_of",
-    "settle_fused",
 ]
 
 _T = TypeVar("_T")
@@ -198,13 +199,13 @@ class Call(Generic[_R, _T]):
 class EndpointCalls:
     """A run's endpoint operations, each bound once to its method, synchronous form and limit.
 
-    ``reset``, ``step`` and ``predict`` use the endpoint's optional inline fast path;
-    ``fused`` is the model's ``predict_group``; ``render`` exists with ``render=True`` only.
-    An env that answers TIMEOUT itself gets a grace, so its answer, with its code, wins
-    the race with the driver's scope.
+    ``reset``, ``step`` and ``predict`` use the endpoint's optional inline fast path
+    (a fused predict is the fleet's call, :class:`~trio_rlmesh.runtime._fleet.Fleet`);
+    ``render`` exists with ``render=True`` only. An env that answers TIMEOUT itself gets
+    a grace, so its answer, with its code, wins the race with the driver's scope.
     """
 
-    __slots__ = ("fused", "predict", "render", "reset", "step")
+    __slots__ = ("predict", "render", "reset", "step")
 
     def __init__(
         self, spec: RuntimeSessionSpec, env: RuntimeEnv, model: RuntimeModel, *, render: bool
@@ -224,10 +225,6 @@ class EndpointCalls:
             "model.predict", "model_predict_timeout", predict_limit, model.predict,
             getattr(model, "predict_inline", None), error_class=ModelError, route=route,
         )  # fmt: skip
-        self.fused: Call[Sequence[model_v1.PredictRequest], list[Outcome]] = Call(
-            "model.predict", "model_predict_timeout", predict_limit, model.predict_group,
-            error_class=ModelError, route=route,
-        )  # fmt: skip
         self.render: Call[env_v1.RenderRequest, env_v1.RenderResponse] | None = None
         if render:
             self.render = Call(
@@ -237,7 +234,7 @@ class EndpointCalls:
 
     def set_clock(self, now: Callable[[], float]) -> None:
         """Make every call read the run's clock ``now``."""
-        for call in (self.reset, self.step, self.predict, self.fused, self.render):
+        for call in (self.reset, self.step, self.predict, self.render):
             if call is not None:
                 call.now = now
 
@@ -300,7 +297,8 @@ async def call_fused(
     """Make one fused predict call: one outcome per request, failures in place (never
     raised), and how long the call took in milliseconds (it ended at ``call.finished``).
 
-    A wrong answer count gets its step from :func:`settle_fused`, the step when it ended.
+    A wrong answer count gets its step from :meth:`Predictor.settle`, the step when it
+    ended.
     """
     started = call.now()
     outcomes: list[Outcome]
@@ -319,42 +317,89 @@ async def call_fused(
     return outcomes, (finished - started) * 1e3
 
 
-def settle_fused(
-    requests: Sequence[model_v1.PredictRequest],
-    plans: Sequence[ActionPlan[Any]],
-    outcomes: list[Outcome],
-    ms: float,
-    group_size: int,
-    *,
-    sinks: OpSinks,
-    book: EpisodeBook,
-    model_id: str,
-    step: int,
-) -> list[Outcome]:
-    """Account one driver's part of one fused call and check each of its answers.
+class Predictor:
+    """One driver's predicts: the call it makes on its own, and its part of fused calls.
 
-    ``outcomes`` (aligned with ``requests``) is returned, each answer that fails its
-    check replaced by the error. ``group_size`` is the whole call's request count: a
-    fleet's call carries other endpoints' requests too.
+    Whether a request goes on its own (:meth:`alone`) or into a fused call is the run's
+    :class:`~trio_rlmesh.runtime._fleet.Fleet`'s decision; either way the driver's
+    telemetry, its book's per-episode predict times and the answer checks are the same,
+    and errors name the env lane and the driver's step (``step()``, read when the
+    answer is checked).
     """
-    sinks.rpc(ms)
-    sinks.group_size(group_size)
-    for position, (request, plan) in enumerate(zip(requests, plans, strict=True)):
-        outcome = outcomes[position]
-        if isinstance(outcome, ModelPrediction):
-            try:
-                check_prediction(request, outcome, model_id, step, plan.lane)
-            except Error as exc:
-                outcomes[position] = exc
+
+    __slots__ = ("book", "call", "model_id", "sinks", "step")
+
+    def __init__(
+        self,
+        call: Call[model_v1.PredictRequest, ModelPrediction],
+        *,
+        sinks: OpSinks,
+        book: EpisodeBook,
+        model_id: str,
+        step: Callable[[], int],
+    ) -> None:
+        self.call = call
+        self.sinks = sinks
+        self.book = book
+        self.model_id = model_id
+        """How answer errors name the model endpoint."""
+        self.step = step
+        """The driver's runtime step now."""
+
+    async def alone(
+        self, plan: ActionPlan[Any], request: model_v1.PredictRequest
+    ) -> ModelPrediction:
+        """Predict for ``plan``'s group with the model's own ``predict``."""
+        call = self.call
+        started = call.now()
+        try:
+            prediction = await call(request, plan.lane, self.step(), started)
+        except Error as exc:
+            env_lane(exc, plan.lanes)
+            raise
+        ms = (call.finished - started) * 1e3
+        check_prediction(request, prediction, self.model_id, self.step(), plan.lane)
+        sinks = self.sinks
+        sinks.call(ms, prediction.timings, prediction.request_bytes, prediction.response_bytes)
+        sinks.model_phases(prediction.timings)
+        if prediction.group_size is not None:
+            sinks.group_size(prediction.group_size)
+        self.book.note_predict(plan.lanes, ms)
+        return prediction
+
+    def settle(
+        self,
+        requests: Sequence[model_v1.PredictRequest],
+        plans: Sequence[ActionPlan[Any]],
+        outcomes: list[Outcome],
+        ms: float,
+        group_size: int,
+    ) -> list[Outcome]:
+        """Account this driver's part of one fused call and check each of its answers.
+
+        ``outcomes`` (aligned with ``requests``) is returned, each answer that fails its
+        check replaced by the error. ``group_size`` is the whole call's request count: a
+        fleet's call carries other endpoints' requests too.
+        """
+        sinks, step = self.sinks, self.step()
+        sinks.rpc(ms)
+        sinks.group_size(group_size)
+        for position, (request, plan) in enumerate(zip(requests, plans, strict=True)):
+            outcome = outcomes[position]
+            if isinstance(outcome, ModelPrediction):
+                try:
+                    check_prediction(request, outcome, self.model_id, step, plan.lane)
+                except Error as exc:
+                    outcomes[position] = exc
+                else:
+                    sinks.phases(outcome.timings)
+                    sinks.model_phases(outcome.timings)
+                    sinks.sizes(outcome.request_bytes, outcome.response_bytes)
+                    self.book.note_predict(plan.lanes, ms)
             else:
-                sinks.phases(outcome.timings)
-                sinks.model_phases(outcome.timings)
-                sinks.sizes(outcome.request_bytes, outcome.response_bytes)
-                book.note_predict(plan.lanes, ms)
-        else:
-            env_lane(outcome, plan.lanes)
-            outcome.with_context(operation="model.predict", lane=plan.lane, step=step)
-    return outcomes
+                env_lane(outcome, plan.lanes)
+                outcome.with_context(operation="model.predict", lane=plan.lane, step=step)
+        return outcomes
 
 
 class Background:
@@ -479,11 +524,13 @@ class PredictBatcher(Generic[_K]):
 
     ``fused(requests, keys)`` answers one outcome per request, in order, and raises
     nothing: a failure is an :class:`~trio_rlmesh.Error` in its request's place. ``key``
-    is whatever the caller needs back to tell the requests apart (the driver's plan).
+    is whatever the caller needs back to tell the requests apart (a driver's predictor
+    and plan).
 
     A group goes as soon as the batcher wakes (after one extra scheduling pass, so lanes
     woken together join it). Subclasses may gather longer (:meth:`_gather`, woken by
-    :meth:`_arrived`): a fleet's batcher waits, bounded, for the other endpoints
+    :meth:`_arrived`, told who may submit by :meth:`join`, :meth:`leave` and
+    :meth:`served`): a fleet's batcher waits, bounded, for the other endpoints
     (:class:`~trio_rlmesh.runtime._fleet.FleetBatcher`).
     """
 
@@ -507,6 +554,15 @@ class PredictBatcher(Generic[_K]):
             raise waiter.outcome
         assert waiter.outcome is not None
         return waiter.outcome
+
+    def join(self) -> None:
+        """One more task may submit (here: nobody is waited for, so nothing to count)."""
+
+    def leave(self) -> None:
+        """A task that joined will submit no more."""
+
+    def served(self, keys: Sequence[_K], when: float, took: float) -> None:
+        """The requests of ``keys`` were answered at ``when``, by a call of ``took`` seconds."""
 
     def _arrived(self, key: _K) -> None:
         """``key``'s request is pending: wake the batcher."""

@@ -1,20 +1,23 @@
 """The nursery-scoped :class:`RuntimeDriver`: reset, predict, step until the episodes are done.
 
 This module is the loop of ``docs/driver.md`` and the I/O around it; the rules live in
-pure, synchronously tested machines: episode and lane state in
-:class:`~trio_rlmesh.runtime._episodes.EpisodeBook` (ids, seeds, rewards, completions,
-caps, the quota), action planning in :class:`~trio_rlmesh.runtime._plans.ActionPlan`
+pure, synchronously tested machines: lane state in
+:class:`~trio_rlmesh.runtime._episodes.EpisodeBook` (ids, rewards, completions, caps),
+what each episode is and the quota in :class:`~trio_rlmesh.runtime._pool.EpisodePool`
+(indices, seeds), action planning in :class:`~trio_rlmesh.runtime._plans.ActionPlan`
 (replay, prefetch, history), report advisories in :mod:`._advisories`, a run's ending in
-:func:`~trio_rlmesh.runtime._report.run_ending`. Endpoint calls under deadlines, background
-evictions, prefetch tasks and fused predicts are in :mod:`._calls`; render frames in
-:mod:`._frames`; telemetry sinks in :mod:`._telemetry`.
+:func:`~trio_rlmesh.runtime._report.run_ending`. The driver reads its episodes from, and
+sends its predicts through, the run's :class:`~trio_rlmesh.runtime._fleet.Fleet` (a run of
+one endpoint is a fleet of one), which decides whether predicts are fused. Endpoint calls
+under deadlines, background evictions and prefetch tasks are in :mod:`._calls`; render
+frames in :mod:`._frames`; telemetry sinks in :mod:`._telemetry`.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
 
 import attrs
 import trio
@@ -27,31 +30,24 @@ from ._advisories import FailureLog, advisories
 from ._calls import (
     Background,
     EndpointCalls,
-    Outcome,
-    PredictBatcher,
+    Predictor,
     Prefetch,
-    call_fused,
-    check_prediction,
     close_env,
-    env_lane,
     is_cancellation,
     observation_of,
     release_model,
-    settle_fused,
 )
 from ._episodes import EpisodeBook, LaneState, PlannedEpisode
 from ._events import RunEvents
+from ._fleet import Fleet
 from ._frames import check_renders, render_frames
 from ._hooks import HooksArg
 from ._ids import format_request_id
-from ._interfaces import ModelPrediction, RuntimeEnv, RuntimeModel
+from ._interfaces import RuntimeEnv, RuntimeModel
 from ._plans import ActionPlan
-from ._report import CANCELLED_BY_CALLER, RunStatus, RuntimeReport, run_ending
-from ._spec import RuntimeSessionSpec, timeout_ms
+from ._report import CANCELLED_BY_CALLER, RunSetup, RunStatus, RuntimeReport, run_ending
+from ._spec import RuntimeSessionSpec, check_prefetch_lead, timeout_ms
 from ._telemetry import OpSinks, TelemetryRecorder
-
-if TYPE_CHECKING:
-    from ._fleet import Fleet, FleetBatcher
 
 __all__ = ["RuntimeDriver"]
 
@@ -81,7 +77,8 @@ class RuntimeDriver:
             frames of the current one remain to replay (0 = never overlap).
         fleet: set by fleet runs only (``run_local`` with several env addresses): the
             episodes and the predict batcher this driver shares with the drivers of the
-            fleet's other endpoints.
+            fleet's other endpoints. Without one, the driver runs a fleet of one of its
+            own (its episodes, and a batcher for a lane endpoint's lanes).
         render: ask the env for a frame (its ``render`` call, a PNG) after every reset and
             every step, delivered in ``ResetCompleted.frames`` and ``StepCompleted.frames``.
             The env endpoint must have the optional ``render`` method, and each lane must
@@ -109,10 +106,7 @@ class RuntimeDriver:
         fleet: Fleet | None = None,
         render: bool = False,
     ) -> None:
-        if prefetch_lead < 0:
-            raise SpecError(
-                f"prefetch_lead must be 0 (off) or a positive frame count, got {prefetch_lead}"
-            )
+        check_prefetch_lead(prefetch_lead)
         if render:
             check_renders(spec, env)
         self._render = render
@@ -135,8 +129,12 @@ class RuntimeDriver:
         self._seq = 0
         self._total_steps = 0
         self._lockstep = not spec.lanes_step_individually
-        self._book = EpisodeBook.for_session(spec, fleet.pool if fleet is not None else None)
+        self._own_fleet: Fleet | None = None
+        """The fleet of one this driver runs (and serves), when no fleet run gave it one."""
+        if fleet is None:
+            fleet = self._own_fleet = Fleet.of_one(spec, model)
         self._fleet = fleet
+        self._book = EpisodeBook.for_session(spec, fleet.pool)
         self._events = RunEvents(hooks, spec, self._book)
         self._plans: list[_Plan] = []
         self._failures = FailureLog()
@@ -147,18 +145,21 @@ class RuntimeDriver:
         self._nursery: trio.Nursery | None = None
         self._lanes_scope: trio.CancelScope | None = None
         self._running_lanes = 0
-        self._batcher: PredictBatcher[_Plan] | None = None
-        self._shared: FleetBatcher[tuple[RuntimeDriver, _Plan]] | None = (
-            fleet.batcher if fleet is not None else None
-        )
-        """The fleet's batcher, which fuses this driver's predicts with other endpoints'."""
         self._wants_history = False
         self._sends_trial = False
         self._reset_timeout_ms = timeout_ms(limits.env_reset_timeout)
         self._step_timeout_ms = timeout_ms(limits.env_step_timeout)
         self._calls = calls = EndpointCalls(spec, env, model, render=render)
         self._reset_call, self._step_call = calls.reset, calls.step
-        self._predict_call, self._fused_call = calls.predict, calls.fused
+        predictor = Predictor(
+            calls.predict,
+            sinks=self._predict_sinks,
+            book=self._book,
+            model_id=spec.model_component_id,
+            step=lambda: self._total_steps,
+        )
+        self._predict = fleet.predictor(predictor)
+        """One group's prediction: on its own or fused, as the fleet decides."""
         self.report: RuntimeReport | None = None
         """The last report of this driver's run, whichever way the run ended."""
 
@@ -194,6 +195,8 @@ class RuntimeDriver:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                if self._own_fleet is not None:
+                    self._own_fleet.start(nursery)
                 ticker = trio.CancelScope()
                 window = spec.limits.telemetry_window
                 if window and self._events.wants_telemetry:
@@ -262,9 +265,6 @@ class RuntimeDriver:
         failures: list[Error] = []
         async with trio.open_nursery() as lanes:
             self._lanes_scope = lanes.cancel_scope
-            if self._model.fuses_predicts and self._shared is None:
-                self._batcher = PredictBatcher(self._predict_fused)
-                lanes.start_soon(self._batcher.serve)
             self._running_lanes = self._spec.num_envs
             # Plan the first episodes in lane order before any task runs, so explicit seeds
             # and trial indices land on the same lanes every time (tasks start in any order).
@@ -306,17 +306,14 @@ class RuntimeDriver:
 
     async def _drive(self, plan: _Plan, planned: list[PlannedEpisode] | None = None) -> None:
         """Run episodes on ``plan``'s group until the quota is met or its lane retires."""
-        shared = self._shared
-        if shared is None:
-            await self._drive_group(plan, planned)
-            return
         # A participant of the fleet's batcher until the group is done: a fused group
-        # waits (bounded) for every participant.
-        shared.join()
+        # may wait (bounded) for every participant.
+        fleet = self._fleet
+        fleet.join()
         try:
             await self._drive_group(plan, planned)
         finally:
-            shared.leave()
+            fleet.leave()
 
     async def _drive_group(self, plan: _Plan, planned: list[PlannedEpisode] | None) -> None:
         book, events, now = self._book, self._events, self._now
@@ -363,15 +360,9 @@ class RuntimeDriver:
     async def _reset(self, plan: _Plan, planned: list[PlannedEpisode] | None = None) -> bool:
         book = self._book
         if planned is None:
-            if self._fleet is not None:
-                # Another endpoint may still lose episodes this one should run again.
-                await self._fleet.wait_for_work()
-                if book.quota_reached:
-                    if not self._lockstep:
-                        book.retire(plan.lanes[0])
-                    return False
-            if not self._lockstep and not book.can_start():
-                book.retire(plan.lanes[0])
+            if not await self._fleet.wait_for_work(book):
+                if not self._lockstep:
+                    book.retire(plan.lanes[0])
                 return False
             planned = book.begin_reset(plan.lanes)
         seeds = [p.seed for p in planned]
@@ -445,8 +436,7 @@ class RuntimeDriver:
         if not ends:
             return False
         await events.episodes_completed(ends)
-        if self._fleet is not None:
-            self._fleet.changed()
+        self._fleet.changed()
         if book.owns_resets:
             self._evict([end.episode_id for end in ends])
         # Frames, history rows and any prefetch were planned for the episodes that ran.
@@ -485,53 +475,6 @@ class RuntimeDriver:
     def _cancel_prefetch(handle: Prefetch | None) -> None:
         if handle is not None:
             handle.scope.cancel()
-
-    async def _predict(self, plan: _Plan, request: model_v1.PredictRequest) -> ModelPrediction:
-        if self._shared is not None:
-            return await self._shared.submit(request, (self, plan))
-        if self._batcher is not None:
-            return await self._batcher.submit(request, plan)
-        call, started = self._predict_call, self._now()
-        try:
-            prediction = await call(request, plan.lane, self._total_steps, started)
-        except Error as exc:
-            env_lane(exc, plan.lanes)
-            raise
-        ms = (call.finished - started) * 1e3
-        check_prediction(
-            request, prediction, self._spec.model_component_id, self._total_steps, plan.lane
-        )
-        sinks = self._predict_sinks
-        sinks.call(ms, prediction.timings, prediction.request_bytes, prediction.response_bytes)
-        sinks.model_phases(prediction.timings)
-        if prediction.group_size is not None:
-            sinks.group_size(prediction.group_size)
-        self._book.note_predict(plan.lanes, ms)
-        return prediction
-
-    async def _predict_fused(
-        self, requests: Sequence[model_v1.PredictRequest], plans: Sequence[_Plan]
-    ) -> list[Outcome]:
-        """Serve one fused group: one outcome per request, failures in place (never raised)."""
-        lane = plans[0].lane if len(plans) == 1 else None
-        model_id = self._spec.model_component_id
-        call = self._fused_call
-        outcomes, ms = await call_fused(call, requests, lane, self._total_steps, model_id)
-        return self.settle_fused(requests, plans, outcomes, ms, len(requests))
-
-    def settle_fused(
-        self,
-        requests: Sequence[model_v1.PredictRequest],
-        plans: Sequence[_Plan],
-        outcomes: list[Outcome],
-        ms: float,
-        group_size: int,
-    ) -> list[Outcome]:
-        """Account this driver's part of one fused call (see :func:`._calls.settle_fused`)."""
-        return settle_fused(
-            requests, plans, outcomes, ms, group_size, sinks=self._predict_sinks,
-            book=self._book, model_id=self._spec.model_component_id, step=self._total_steps,
-        )  # fmt: skip
 
     def _context(self, phase: str) -> model_v1.AdapterContext:
         self._seq += 1
@@ -583,6 +526,7 @@ class RuntimeDriver:
             telemetry=tuple(self._telemetry.snapshot("session")),
             advisories=self._advisories(),
             hook_errors=self._events.errors,
+            setup=RunSetup.from_spec(spec),
         )
 
     def _advisories(self) -> tuple[str, ...]:

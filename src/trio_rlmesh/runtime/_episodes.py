@@ -28,24 +28,21 @@ Every change goes through :meth:`EpisodeBook._move`, which looks the pair
 :class:`LaneStateError` and leaves the book unchanged; methods that touch several
 lanes check every lane first, so they too are all-or-nothing.
 
-The book also owns what depends only on bookkeeping: minting episode ids, planning
-seeds (explicit seeds in start order, else derived from the base seed), trial
+The book also owns what depends only on bookkeeping: minting episode ids, trial
 indices, which rewards of a step answer belong to which lane, runtime truncation caps,
-stale-completion filtering (:meth:`EpisodeBook.apply_completions`), and the exact
-``max_episodes`` quota. Its counters (``stale_completions``, ``over_quota``,
-``discarded_seeds``) change only inside it, and its queries (``is_current``,
-``step_ids``, ``episode_info``, ``capped_lanes``) change nothing. It does no I/O and
-never reads a clock: callers pass ``now``.
+and stale-completion filtering (:meth:`EpisodeBook.apply_completions`). What an episode
+*is* (its index, its seed) and the ``max_episodes`` quota are the run's
+:class:`~trio_rlmesh.runtime._pool.EpisodePool`'s, which the book asks whenever a lane
+starts or ends an episode: one endpoint's book has a pool of its own, the endpoints of
+a fleet share one. Its counters (``stale_completions``, ``over_quota``) change only
+inside it, and its queries (``is_current``, ``step_ids``, ``episode_info``,
+``capped_lanes``) change nothing. It does no I/O and never reads a clock: callers pass
+``now``.
 
 Ids, seeds and states change only with a transition, which bumps
 :attr:`EpisodeBook.epoch`: what depends on them alone (``step_ids``, ``episode_info``,
 whether every lane of a step is ACTIVE) is built once per lane group and epoch, so the
 common step (every lane active, none ending) loops over its lanes once, to count.
-
-One endpoint of a fleet run shares its episodes with the others: its book is given the
-fleet's :class:`~trio_rlmesh.runtime._pool.EpisodePool`, which then decides each new
-episode's index and seed and holds the quota (the book's own seed rules and
-``max_episodes`` are not used). Every other rule stays the book's.
 """
 
 from __future__ import annotations
@@ -58,7 +55,7 @@ import attrs
 
 from .._errors import ProtocolError
 from ..protocol import env_v1, meta_to_python
-from ._ids import deterministic_reset_seed, mint_uuid7
+from ._ids import mint_uuid7
 from ._pool import EpisodePool
 from ._report import EpisodeRecord, success_from_final_info
 
@@ -130,7 +127,6 @@ class _Slot:
     steps: int = 0
     reward: float = 0.0
     started_at: float = 0.0
-    resets: int = 0
     next_id: str = ""
     predict_ms: float = 0.0
     predicts: int = 0
@@ -168,45 +164,37 @@ class EpisodeEnd:
 
 
 class EpisodeBook:
-    """All per-lane and per-episode state of one run. Pure: no I/O, no clock."""
+    """All per-lane and per-episode state of one endpoint's run. Pure: no I/O, no clock.
+
+    ``pool`` numbers and seeds the episodes and holds the quota (see the module
+    docstring).
+    """
 
     def __init__(
         self,
         *,
         num_envs: int,
-        session_id: str,
         owns_resets: bool,
+        pool: EpisodePool,
         lockstep: bool = True,
-        episode_seeds: Sequence[int] = (),
-        base_seed: int | None = None,
-        max_episodes: int | None = None,
         trial_index_base: int | None = None,
         step_cap: int | None = None,
         seconds_cap: float | None = None,
         mint: Callable[[], str] = mint_uuid7,
         endpoint: str | None = None,
-        pool: EpisodePool | None = None,
     ) -> None:
         self.slots = [_Slot(k) for k in range(num_envs)]
-        self.session_id = session_id
         self.owns_resets = owns_resets
         self.lockstep = lockstep
-        self.episode_seeds = tuple(episode_seeds)
-        self.base_seed = base_seed
-        self.max_episodes = max_episodes
+        self.pool = pool
+        """The run's episodes: their indices, seeds and the quota."""
         self.trial_base = trial_index_base or 0
         self.step_cap = step_cap
         self.seconds_cap = seconds_cap
         self._mint = mint
         self.endpoint = endpoint
         """What every record names as its endpoint (the env's address, if it has one)."""
-        self.pool = pool
-        """The fleet's shared episodes, when this book is one endpoint of a fleet run."""
         self.completed: list[EpisodeRecord] = []
-        self.started = 0
-        self.generation = 0
-        self.seed_cursor = 0
-        self.discarded_seeds = 0
         self.stale_completions = 0
         self.over_quota = 0
         self.epoch = 0
@@ -216,21 +204,17 @@ class EpisodeBook:
         self._steady: dict[tuple[int, ...], tuple[int, bool]] = {}
 
     @classmethod
-    def for_session(cls, spec: RuntimeSessionSpec, pool: EpisodePool | None = None) -> EpisodeBook:
-        """The book of one run of ``spec`` (one endpoint's, with a fleet's ``pool``)."""
+    def for_session(cls, spec: RuntimeSessionSpec, pool: EpisodePool) -> EpisodeBook:
+        """The book of the endpoint ``spec`` describes, taking its episodes from ``pool``."""
         return cls(
             num_envs=spec.num_envs,
-            session_id=spec.session_id,
             owns_resets=spec.driver_owns_resets,
+            pool=pool,
             lockstep=not spec.lanes_step_individually,
-            episode_seeds=spec.episode_seeds,
-            base_seed=spec.base_seed,
-            max_episodes=spec.max_episodes,
             trial_index_base=spec.trial_index_base,
             step_cap=spec.step_cap,
             seconds_cap=spec.max_episode_seconds,
             endpoint=spec.env_address,
-            pool=pool,
         )
 
     # -- the table -----------------------------------------------------------------------
@@ -274,67 +258,31 @@ class EpisodeBook:
 
     @property
     def quota_reached(self) -> bool:
-        if self.pool is not None:
-            return self.pool.quota_reached
-        return self.max_episodes is not None and len(self.completed) >= self.max_episodes
+        """Whether the run has counted every episode it needs (the pool's quota)."""
+        return self.pool.quota_reached
 
     def can_start(self) -> bool:
-        """Whether starting one more episode could still be counted."""
-        if self.pool is not None:
-            return self.pool.can_start()
-        return self.max_episodes is None or self.started < self.max_episodes
+        """Whether starting one more episode could still be counted (the pool's rule)."""
+        return self.pool.can_start()
 
     # -- resets --------------------------------------------------------------------------
 
-    def _plan_seeds(self, lanes: Sequence[int]) -> list[int | None]:
-        if self.pool is not None:
-            return [None] * len(lanes)  # the pool's claims carry them
-        if self.episode_seeds:
-            remaining = len(self.episode_seeds) - self.seed_cursor
-            if remaining >= len(lanes):
-                claimed = self.episode_seeds[self.seed_cursor : self.seed_cursor + len(lanes)]
-                self.seed_cursor += len(lanes)
-                return list(claimed)
-            # Too few left to cover this batch: the tail is dropped and the env seeds itself.
-            self.discarded_seeds += max(remaining, 0)
-            self.seed_cursor = len(self.episode_seeds)
-            return [None] * len(lanes)
-        if self.base_seed is not None:
-            out: list[int | None] = []
-            for lane in lanes:
-                generation = self.generation if self.lockstep else self.slots[lane].resets
-                out.append(
-                    deterministic_reset_seed(self.base_seed, self.session_id, generation, lane)
-                )
-            return out
-        return [None] * len(lanes)
-
-    def _new_episode(self, slot: _Slot, seed: int | None, *, seeded: bool = True) -> PlannedEpisode:
-        if self.pool is not None:
-            index, pooled = self.pool.claim(self)
-            if seeded:
-                seed = pooled
-        else:
-            index = self.started
-        self.started += 1
+    def _new_episode(self, slot: _Slot, index: int, seed: int | None) -> PlannedEpisode:
         slot.index = index
         slot.seed = seed
         slot.trial = self.trial_base + index
         return PlannedEpisode(slot.env_index, slot.episode_id, index, seed, slot.trial)
 
     def begin_reset(self, lanes: Sequence[int]) -> list[PlannedEpisode]:
-        """Mint ids, seeds and trial indices for a reset of ``lanes`` (IDLE -> RESETTING)."""
+        """Mint ids, take indices and seeds from the pool, and plan trial indices for a
+        reset of ``lanes`` (IDLE -> RESETTING)."""
         self._check(lanes, LaneEvent.RESET_SENT)
-        seeds = self._plan_seeds(lanes)
         planned = []
-        for lane, seed in zip(lanes, seeds, strict=True):
+        for lane, (index, seed) in zip(lanes, self.pool.claim(self, lanes), strict=True):
             slot = self.slots[lane]
             self._move(slot, LaneEvent.RESET_SENT)
             slot.episode_id = self._mint()
-            slot.resets += 1
-            planned.append(self._new_episode(slot, seed))
-        if self.lockstep:
-            self.generation += 1
+            planned.append(self._new_episode(slot, index, seed))
         return planned
 
     def reset_done(self, lanes: Sequence[int], now: float) -> None:
@@ -347,11 +295,11 @@ class EpisodeBook:
             slot.predict_ms, slot.predicts, slot.step_ms = 0.0, 0, 0.0
 
     def give_back(self) -> list[int]:
-        """This endpoint is lost: the fleet episodes it runs go back to the pool.
+        """This endpoint is lost: the episodes it runs go back to the pool.
 
-        Returns their indices (see :meth:`EpisodePool.release`); ``[]`` outside a fleet.
+        Returns their indices (see :meth:`EpisodePool.release`).
         """
-        return self.pool.release(self) if self.pool is not None else []
+        return self.pool.release(self)
 
     def retire(self, lane: int) -> None:
         self._check([lane], LaneEvent.RETIRE)
@@ -413,7 +361,7 @@ class EpisodeBook:
                 slot.episode_id, slot.next_id = slot.next_id, ""
                 slot.steps, slot.reward, slot.started_at = 0, 0.0, now
                 slot.predict_ms, slot.predicts, slot.step_ms = 0.0, 0, 0.0
-                rolled.append((self._new_episode(slot, None, seeded=False), old))
+                rolled.append((self._new_episode(slot, self.pool.roll(self), None), old))
                 continue
             # ACTIVE --STEPPED--> ACTIVE: the state stays; no table lookup needed.
             slot.steps += 1
@@ -536,11 +484,7 @@ class EpisodeBook:
         if event is LaneEvent.ENDED_ROLLING:
             slot.next_id = self._mint()
         ended = slot.episode_id
-        if self.pool is not None:
-            counted = self.pool.complete(slot.index)
-        else:
-            counted = not self.quota_reached
-        if not counted:
+        if not self.pool.complete(slot.index):
             self.over_quota += 1
             return ended, None
         info = dict(final_info) if final_info is not None else None

@@ -1,115 +1,80 @@
-"""One run over several env endpoints: a driver per endpoint, one model, fused predicts.
+"""What the drivers of one run share: the episodes and the model's predicts.
 
-:class:`FleetRun` is what ``run_local`` runs for a sequence of env addresses. Inside its
-nursery there is one task per endpoint, each running an ordinary
-:class:`~trio_rlmesh.runtime.RuntimeDriver` for its endpoint, and, when the model fuses
-predicts, one :class:`~trio_rlmesh.runtime._calls.PredictBatcher` that every driver
-submits to, so predicts from different endpoints that are ready together reach the model
-as one call (with a bounded wait for the endpoints not yet in). What the drivers share
-is a :class:`Fleet`: the batcher and the
-:class:`~trio_rlmesh.runtime._pool.EpisodePool`, which numbers the fleet's episodes,
-seeds them and holds the quota.
+A run drives one env endpoint, or several with one model (a fleet run,
+:class:`~trio_rlmesh.runtime._fleetrun.FleetRun`), one
+:class:`~trio_rlmesh.runtime.RuntimeDriver` per endpoint. A run of one endpoint is a
+fleet of one (:meth:`Fleet.of_one`), so the driver reads its episodes and sends its
+predicts the same way either way, and holds no fleet branches:
 
-Admission: every endpoint connects first, then waits until each of the others has
-connected or failed to. Their contracts are then compared (:func:`fleet_mismatch`), once:
-one model drives them all, so they must serve the same observation and action spaces; a
-fleet that does not is refused with a :class:`~trio_rlmesh.SpecError` before any episode
-starts. Lane counts and autoreset modes may differ: each endpoint's driver keeps its own
-lanes, and the model sees one row per lane either way.
+* **Episodes** come from the fleet's :class:`~trio_rlmesh.runtime._pool.EpisodePool`
+  (numbering, seeds, the quota). A lane with no episode left to start waits
+  (:meth:`Fleet.wait_for_work`) only while another endpoint runs episodes that would come
+  back if it were lost; a fleet of one never waits.
+* **Predicts** go the way the fleet decides once per driver (:meth:`Fleet.predictor`):
+  each on its own (the model does not fuse predicts, or only one lane group can predict
+  at a time), or through the fleet's batcher, which fuses the requests that are ready
+  together into one model call: a lane endpoint's lanes, or every endpoint of a fleet,
+  where a group may wait a bounded time for the endpoints due to join it
+  (:class:`FleetBatcher`).
 
-Failures: by default the first endpoint that fails stops the others (each driver is
-cancelled and reports what it finished), and the run fails with that error, carrying the
-merged report. With ``tolerate_endpoint_failures`` an endpoint failure (an error of an
-``env.*`` operation, connecting included) loses that endpoint only: the episodes it was
-running go back to the pool and the others run them again with the same seeds. A model or
-hook failure still fails the run, and so does losing every endpoint.
-
-:func:`merge_reports` is the one place a fleet's report is put together.
+This module does not know the driver: a driver takes part through its
+:class:`~trio_rlmesh.runtime._calls.Predictor`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable, Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-import attrs
 import trio
 
-from .._errors import Error, ModelError, SpecError
-from ..protocol import EnvContractInfo, core_v1, model_v1, read_env_contract
-from ..spaces import Box, Space
-from ._calls import (
-    Call,
-    FusedPredict,
-    Outcome,
-    PredictBatcher,
-    Prefetch,
-    call_fused,
-    is_cancellation,
-)
-from ._driver import RuntimeDriver
-from ._interfaces import RuntimeModel
+from .._errors import ModelError
+from ..protocol import model_v1
+from ._calls import Call, FusedPredict, Outcome, PredictBatcher, Predictor, call_fused
+from ._interfaces import ModelPrediction, RuntimeModel
 from ._plans import ActionPlan
 from ._pool import EpisodePool
-from ._report import CANCELLED_BY_CALLER, EndpointReport, EpisodeRecord, RunStatus, RuntimeReport
 from ._spec import RuntimeLimits
-from ._telemetry import TelemetryRecorder, TelemetryRow, merge_sessions
+from ._telemetry import TelemetryRecorder
 
-__all__ = [
-    "DEFAULT_FUSE_WAIT",
-    "Fleet",
-    "FleetBatcher",
-    "FleetRun",
-    "fleet_mismatch",
-    "is_endpoint_failure",
-    "merge_reports",
-]
+if TYPE_CHECKING:
+    from ._spec import RuntimeSessionSpec
+
+__all__ = ["DEFAULT_FUSE_WAIT", "FLEET_ROUTE", "Fleet", "FleetBatcher", "Predict"]
 
 DEFAULT_FUSE_WAIT = 0.002
 """Seconds a fused predict waits for the fleet's other endpoints (see :class:`Fleet`)."""
 
 FLEET_ROUTE = "fleet"
-"""How a fused call's errors name the route: its requests come from several."""
+"""How a fused call's errors name the route when its requests come from several endpoints."""
 
-_Key: TypeAlias = tuple[RuntimeDriver, ActionPlan[Prefetch]]
+_FOLD_CALLS = 1024
+"""Fused calls between folds of the fleet's own telemetry (two samples a call)."""
+
+_Key: TypeAlias = tuple[Predictor, ActionPlan[Any]]
 _K = TypeVar("_K", bound=Hashable)
 
-ADMIT_OPERATION = "fleet.connect"
-"""How the refusal of a fleet whose endpoints differ names its operation."""
-
-
-class Connected(Protocol):
-    """An endpoint once connected (handshake done): what admission reads of it."""
-
-    @property
-    def contract(self) -> core_v1.EnvContract: ...
-
-
-_E = TypeVar("_E", bound=Connected)
-
-OpenEndpoint: TypeAlias = Callable[[str], AbstractAsyncContextManager[_E]]
-"""Connects to one endpoint (handshake included); closes it on exit."""
-Prepare: TypeAlias = Callable[[str, _E, "Fleet"], Awaitable[RuntimeDriver]]
-"""Builds the driver of the endpoint at an address, once connected (route resolved, not
-yet run)."""
-
-
-def is_endpoint_failure(error: Error) -> bool:
-    """Whether ``error`` is the env endpoint's (an ``env.*`` operation): what a fleet
-    that tolerates endpoint failures survives."""
-    return (error.operation or "").startswith("env.")
+Predict: TypeAlias = Callable[
+    [ActionPlan[Any], model_v1.PredictRequest], Awaitable[ModelPrediction]
+]
+"""How a driver asks for one group's prediction (see :meth:`Fleet.predictor`)."""
 
 
 class Fleet:
-    """What the drivers of one fleet run share: the episode pool and the predict batcher.
+    """What the drivers of one run share: the episode pool and the predict batcher.
 
     Args:
-        pool: the fleet's episodes.
+        pool: the run's episodes.
         model: the one model endpoint.
         limits: the run's limits (``model_predict_timeout`` bounds each fused call).
         fuse_wait: how long a fused predict may wait for every endpoint's request
-            before it goes without the missing ones (0: take what is ready).
+            before it goes without the missing ones, or one model call's time if that is
+            longer (see :class:`FleetBatcher`; 0: take what is ready). ``None``: no
+            gathering at all, a group takes the requests already there after one
+            scheduling pass (a fleet of one, whose lanes wake together).
+        route: how a fused call's errors name the route.
+        groups: how many lane groups may predict at the same time, if known (a fleet
+            of one); with one, nothing is ever fused. ``None``: several (a fleet).
     """
 
     def __init__(
@@ -118,63 +83,96 @@ class Fleet:
         model: RuntimeModel,
         limits: RuntimeLimits,
         *,
-        fuse_wait: float = DEFAULT_FUSE_WAIT,
+        fuse_wait: float | None = DEFAULT_FUSE_WAIT,
+        route: str = FLEET_ROUTE,
+        groups: int | None = None,
     ) -> None:
         self.pool = pool
         self.telemetry = TelemetryRecorder()
         """The fused calls, once each (``model.predict`` round trip and group size)."""
-        self.batcher: FleetBatcher[_Key] | None = None
-        if model.fuses_predicts:
-            self.batcher = FleetBatcher(self._fused, wait=fuse_wait)
+        self.batcher: PredictBatcher[_Key] | None = None
+        """Fuses the predicts of lane groups that are ready together; ``None`` when each
+        predict goes on its own."""
+        if model.fuses_predicts and (groups is None or groups > 1):
+            self.batcher = (
+                PredictBatcher(self._fused)
+                if fuse_wait is None
+                else FleetBatcher(self._fused, wait=fuse_wait)
+            )
         self._call: Call[Sequence[model_v1.PredictRequest], list[Outcome]] = Call(
             "model.predict", "model_predict_timeout", limits.model_predict_timeout,
-            model.predict_group, error_class=ModelError, route=FLEET_ROUTE,
+            model.predict_group, error_class=ModelError, route=route,
         )  # fmt: skip
         self._rpc = self.telemetry.sink("model.predict", "rpc.total")
         self._size = self.telemetry.sink("model.predict", "group.size")
+        self._calls = 0
         self._changed = trio.Event()
 
-    def changed(self) -> None:
-        """The pool changed (an episode ended, an endpoint was lost): wake the waiters."""
-        self._changed.set()
-        self._changed = trio.Event()
+    @classmethod
+    def of_one(cls, spec: RuntimeSessionSpec, model: RuntimeModel) -> Fleet:
+        """The fleet of a run of one endpoint: a pool of its own (seeds by lane, as
+        RLMesh's ``run_local``), its errors naming the endpoint's route, and predicts
+        fused across a lane endpoint's lanes only, as they come."""
+        return cls(
+            EpisodePool.for_session(spec),
+            model,
+            spec.limits,
+            fuse_wait=None,
+            route=spec.env_id,
+            groups=spec.num_envs if spec.lanes_step_individually else 1,
+        )
 
-    async def wait_for_work(self) -> None:
-        """Until an episode may start, or the run has every episode it needs.
+    def start(self, nursery: trio.Nursery) -> None:
+        """Start what the fleet runs while its drivers do (the batcher), in the nursery of
+        whoever owns the fleet; once."""
+        if self.batcher is not None:
+            nursery.start_soon(self.batcher.serve)
 
-        A driver waiting here sends no predicts, so the batcher's groups do not wait for it
-        meanwhile.
-        """
-        pool = self.pool
-        if pool.can_start() or pool.quota_reached:
-            return
+    # -- predicts --------------------------------------------------------------------------
+
+    def predictor(self, member: Predictor) -> Predict:
+        """How a driver whose predicts ``member`` makes and accounts asks for a group's
+        prediction: on its own, or through the batcher."""
         batcher = self.batcher
-        if batcher is not None:
-            batcher.leave()
-        try:
-            while not (pool.can_start() or pool.quota_reached):
-                await self._changed.wait()
-        finally:
-            if batcher is not None:
-                batcher.join()
+        if batcher is None:
+            return member.alone
+
+        async def fused(plan: ActionPlan[Any], request: model_v1.PredictRequest) -> ModelPrediction:
+            return await batcher.submit(request, (member, plan))
+
+        return fused
+
+    def join(self) -> None:
+        """One more lane group may submit predicts (see :meth:`FleetBatcher.join`)."""
+        if self.batcher is not None:
+            self.batcher.join()
+
+    def leave(self) -> None:
+        """A lane group that joined will submit no more."""
+        if self.batcher is not None:
+            self.batcher.leave()
 
     async def _fused(
         self, requests: Sequence[model_v1.PredictRequest], keys: Sequence[_Key]
     ) -> list[Outcome]:
-        """One model call for requests from several endpoints; each driver settles its own."""
+        """One model call for the ready requests; each driver settles its own part."""
+        first, plan = keys[0]
         # The drivers of one fleet share the model, so any of them names it.
-        model_id = keys[0][0].spec.model_component_id
-        outcomes, ms = await call_fused(self._call, requests, None, 0, model_id)
-        finished = self._call.finished
+        lane = plan.lane if len(keys) == 1 else None
+        call = self._call
+        outcomes, ms = await call_fused(call, requests, lane, first.step(), first.model_id)
         if self.batcher is not None:
-            self.batcher.served(keys, finished)
+            self.batcher.served(keys, call.finished, ms / 1e3)
         self._rpc(ms)
         self._size(len(requests))
-        positions: dict[RuntimeDriver, list[int]] = {}
-        for position, (driver, _plan) in enumerate(keys):
-            positions.setdefault(driver, []).append(position)
-        for driver, mine in positions.items():
-            settled = driver.settle_fused(
+        self._calls += 1
+        if not self._calls % _FOLD_CALLS:
+            self.telemetry.fold()
+        positions: dict[Predictor, list[int]] = {}
+        for position, (member, _plan) in enumerate(keys):
+            positions.setdefault(member, []).append(position)
+        for member, mine in positions.items():
+            settled = member.settle(
                 [requests[p] for p in mine],
                 [keys[p][1] for p in mine],
                 [outcomes[p] for p in mine],
@@ -185,6 +183,36 @@ class Fleet:
                 outcomes[position] = outcome
         return outcomes
 
+    # -- episodes --------------------------------------------------------------------------
+
+    def changed(self) -> None:
+        """The pool changed (an episode ended, an endpoint was lost): wake the waiters."""
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_for_work(self, holder: Hashable) -> bool:
+        """Whether ``holder`` (an endpoint's book) may start an episode now.
+
+        While none may start and the quota is not reached, waits as long as an episode
+        another endpoint runs may still come back (see
+        :meth:`~trio_rlmesh.runtime._pool.EpisodePool.may_come_back`); ``False`` when
+        the run has every episode it needs, or none is left to start. A lane waiting here
+        sends no predicts, so the batcher's groups do not wait for it meanwhile.
+        """
+        if self._idle(holder):
+            self.leave()
+            try:
+                while self._idle(holder):
+                    await self._changed.wait()
+            finally:
+                self.join()
+        pool = self.pool
+        return pool.can_start() and not pool.quota_reached
+
+    def _idle(self, holder: Hashable) -> bool:
+        pool = self.pool
+        return not (pool.can_start() or pool.quota_reached) and pool.may_come_back(holder)
+
 
 class FleetBatcher(PredictBatcher[_K]):
     """The fleet's :class:`~trio_rlmesh.runtime._calls.PredictBatcher`: a group waits,
@@ -192,18 +220,27 @@ class FleetBatcher(PredictBatcher[_K]):
 
     Every task that may submit (a driver's lane group) is a *participant*, counted by
     :meth:`join` and :meth:`leave`. A group goes when every participant has a request in
-    it, or ``wait`` seconds after it started gathering, or as soon as no missing
-    participant is expected before then. An endpoint that was just answered is off
-    stepping its env: it is expected back one *turnaround* (its last time from an answer
-    to its next request) after that answer. So a group waits for participants not
+    it, or when its *bound* has passed since it started gathering, or as soon as no
+    missing participant is expected before then. An endpoint that was just answered is
+    off stepping its env: it is expected back one *turnaround* (its last time from an
+    answer to its next request) after that answer. So a group waits for participants not
     answered yet and for those due within the bound (or overdue by less than it), and
     ready rows never sit waiting for an endpoint a whole env step away. Keys must be
     hashable: each names one participant.
+
+    The bound is ``wait``, or the model's last fused call if that took longer: a row that
+    misses a call waits for the next one, which costs the model a whole call again, so
+    for a model whose call costs about the same whatever the batch, waiting up to one
+    call's time for an endpoint that is due keeps the fleet in one group instead of
+    letting it drift into several that each pay for a call. ``wait=0`` never waits: a
+    group takes what is ready.
     """
 
     def __init__(self, fused: FusedPredict[_K], *, wait: float) -> None:
         super().__init__(fused)
         self._wait = wait
+        self._bound = wait
+        """How long a group may wait: ``wait``, or the last fused call if longer."""
         self.participants = 0
         """Tasks that may submit."""
         self._away: dict[_K, float] = {}
@@ -222,11 +259,14 @@ class FleetBatcher(PredictBatcher[_K]):
         self.participants -= 1
         self._wakeup.set()
 
-    def served(self, keys: Sequence[_K], when: float) -> None:
-        """The requests of ``keys`` were answered at ``when``: those participants are away."""
+    def served(self, keys: Sequence[_K], when: float, took: float) -> None:
+        """The requests of ``keys`` were answered at ``when``, by a call of ``took``
+        seconds: those participants are away, and the next group's bound follows."""
         away = self._away
         for key in keys:
             away[key] = when
+        if self._wait:
+            self._bound = max(self._wait, took)
 
     def _arrived(self, key: _K) -> None:
         answered = self._away.pop(key, None)
@@ -247,7 +287,7 @@ class FleetBatcher(PredictBatcher[_K]):
         away = self._away
         if pending + len(away) < self.participants:
             return True  # a participant never answered yet: it may come any time
-        turnaround, since = self._turnaround, now - self._wait
+        turnaround, since = self._turnaround, now - self._bound
         for key, answered in away.items():
             if since <= answered + turnaround.get(key, 0.0) <= deadline:
                 return True
@@ -257,7 +297,7 @@ class FleetBatcher(PredictBatcher[_K]):
         if not self._pending:
             return
         now = trio.current_time()
-        self._deadline = deadline = now + self._wait
+        self._deadline = deadline = now + self._bound
         try:
             with trio.move_on_at(deadline):
                 while self._pending and self._missing(now, deadline):
@@ -266,315 +306,3 @@ class FleetBatcher(PredictBatcher[_K]):
                     now = trio.current_time()
         finally:
             self._deadline = None
-
-
-def fleet_mismatch(contracts: Sequence[tuple[str, EnvContractInfo]]) -> str | None:
-    """What differs between a fleet's endpoints that one model cannot drive together
-    (``None``: nothing). ``contracts`` are ``(address, contract)`` in the fleet's order;
-    the first one's spaces are the reference.
-
-    >>> from trio_rlmesh.protocol import read_env_contract
-    >>> from trio_rlmesh.testing import FakeEnv
-    >>> four, three = (read_env_contract(FakeEnv(obs_dim=d).contract) for d in (4, 3))
-    >>> fleet_mismatch([("a:1", four), ("b:2", four)]) is None
-    True
-    >>> print(fleet_mismatch([("a:1", four), ("b:2", three)]))
-    b:2 serves observation space Box(shape=(3,), dtype=FLOAT32), a:1 Box(shape=(4,), dtype=FLOAT32)
-    """
-    if not contracts:
-        return None
-    (first, reference), *others = contracts
-    differences = []
-    for address, info in others:
-        for name in ("observation", "action"):
-            mine, theirs = getattr(info, f"{name}_space"), getattr(reference, f"{name}_space")
-            if mine != theirs:
-                shown = _brief(mine), _brief(theirs)
-                if shown[0] == shown[1]:  # the same kind and shape: the bounds differ
-                    shown = repr(mine), repr(theirs)
-                differences.append(f"{address} serves {name} space {shown[0]}, {first} {shown[1]}")
-    return "; ".join(differences) or None
-
-
-def _brief(space: Space) -> str:
-    if isinstance(space, Box):
-        return f"Box(shape={space.shape}, dtype={space.dtype.name})"
-    return repr(space)
-
-
-class _Admission:
-    """Holds connected endpoints until every endpoint has connected or failed to, then
-    compares the connected ones' contracts, once."""
-
-    def __init__(self, addresses: Sequence[str]) -> None:
-        self._order = list(addresses)
-        self._waiting = set(addresses)
-        self._contracts: dict[str, EnvContractInfo] = {}
-        self._decided = trio.Event()
-        self.refusal: SpecError | None = None
-
-    async def admit(self, address: str, contract: core_v1.EnvContract) -> bool:
-        """Wait for the others; whether this endpoint may run (``False``: refused)."""
-        self._contracts[address] = read_env_contract(contract)
-        self.withdraw(address)
-        await self._decided.wait()
-        return self.refusal is None
-
-    def withdraw(self, address: str) -> None:
-        """``address`` is settled (admitted, or failed before it connected)."""
-        self._waiting.discard(address)
-        if self._waiting or self._decided.is_set():
-            return
-        ordered = [(a, self._contracts[a]) for a in self._order if a in self._contracts]
-        mismatch = fleet_mismatch(ordered)
-        if mismatch is not None:
-            self.refusal = SpecError(
-                f"fleet of {', '.join(a for a, _ in ordered)} refused: {mismatch}; one model "
-                "drives every endpoint of a fleet, so they must all serve the same spaces "
-                "(run each kind of env in its own run)",
-                operation=ADMIT_OPERATION,
-            )
-        self._decided.set()
-
-
-@attrs.define(eq=False)
-class _Seat:
-    """One endpoint of the fleet while the run goes."""
-
-    address: str
-    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
-    driver: RuntimeDriver | None = None
-    report: RuntimeReport | None = None
-    error: Error | None = None
-    retried: tuple[tuple[int, int | None], ...] = ()
-    done: bool = False
-
-
-class FleetRun:
-    """Drive every endpoint of a fleet with one model (see the module docstring).
-
-    ``cancel(reason)`` ends the run at the drivers' next checkpoints (the report's status
-    is then ``cancelled``), like :meth:`RuntimeDriver.cancel`.
-    """
-
-    def __init__(
-        self,
-        addresses: Sequence[str],
-        fleet: Fleet,
-        *,
-        session_id: str,
-        tolerate_endpoint_failures: bool = False,
-    ) -> None:
-        self.fleet = fleet
-        self._seats = [_Seat(address) for address in addresses]
-        self._admission = _Admission(addresses)
-        self._session_id = session_id
-        self._tolerate = tolerate_endpoint_failures
-        self._stop_reason: str | None = None
-        self._cancelled = False
-        self._failure: Error | None = None
-        self.report: RuntimeReport | None = None
-        """The merged report, whichever way the run ended."""
-
-    @property
-    def endpoints(self) -> int:
-        return len(self._seats)
-
-    @property
-    def lost(self) -> tuple[str, ...]:
-        """Addresses of the endpoints lost so far."""
-        return tuple(seat.address for seat in self._seats if seat.error is not None)
-
-    def cancel(self, reason: str = CANCELLED_BY_CALLER) -> None:
-        """End the run; every driver reports what it finished (status ``cancelled``)."""
-        self._cancelled = True
-        self._stop(reason)
-
-    def _stop(self, reason: str) -> None:
-        if self._stop_reason is None:
-            self._stop_reason = reason
-        for seat in self._seats:
-            if seat.driver is not None:
-                seat.driver.cancel(reason)
-            elif not seat.done:
-                seat.scope.cancel()  # still connecting: nothing to report yet
-
-    async def run(self, open_endpoint: OpenEndpoint[_E], prepare: Prepare[_E]) -> RuntimeReport:
-        """Connect every endpoint, admit the fleet, run every endpoint to the end; returns
-        the merged report (or raises, with it).
-
-        Raises:
-            SpecError: the endpoints serve different spaces (nothing ran; no report).
-        """
-        interrupted: BaseException | None = None
-        try:
-            async with trio.open_nursery() as nursery:
-                batcher = self.fleet.batcher
-                if batcher is not None:
-                    nursery.start_soon(batcher.serve)
-                async with trio.open_nursery() as endpoints:
-                    for seat in self._seats:
-                        endpoints.start_soon(self._endpoint, seat, open_endpoint, prepare)
-                nursery.cancel_scope.cancel()
-        except BaseException as exc:
-            interrupted = exc
-        refusal = self._admission.refusal
-        if refusal is not None and interrupted is None and self._failure is None:
-            raise refusal
-        self.report = report = self._conclude(interrupted)
-        if interrupted is not None:
-            raise interrupted
-        if self._failure is not None:
-            self._failure.report = report
-            raise self._failure
-        return report
-
-    async def _endpoint(
-        self, seat: _Seat, open_endpoint: OpenEndpoint[_E], prepare: Prepare[_E]
-    ) -> None:
-        try:
-            with seat.scope:
-                async with open_endpoint(seat.address) as endpoint:
-                    if not await self._admission.admit(seat.address, endpoint.contract):
-                        return
-                    seat.driver = driver = await prepare(seat.address, endpoint, self.fleet)
-                    if self._stop_reason is not None:
-                        driver.cancel(self._stop_reason)
-                    seat.report = await driver.run()
-        except Error as exc:
-            seat.report = exc.report
-            self._lose(seat, exc)
-        except Exception as exc:
-            error = Error(f"endpoint {seat.address} failed: {type(exc).__name__}: {exc}")
-            error.__cause__ = exc
-            self._lose(seat, error)
-        finally:
-            seat.done = True
-            self._admission.withdraw(seat.address)
-
-    def _lose(self, seat: _Seat, error: Error) -> None:
-        error.with_context(address=seat.address)
-        seat.error = error
-        if self._tolerate and is_endpoint_failure(error) and self._stop_reason is None:
-            # The driver has ended: what its book still holds was never completed.
-            back = seat.driver._book.give_back() if seat.driver is not None else []
-            seat.retried = tuple((index, self.fleet.pool.seed(index)) for index in back)
-            self.fleet.changed()
-            if any(other.error is None and not other.done for other in self._seats):
-                return
-            if self.fleet.pool.quota_reached:
-                return
-        if self._failure is None:
-            self._failure = error
-        self._stop(f"stopped: endpoint {seat.address} failed")
-
-    def _conclude(self, interrupted: BaseException | None) -> RuntimeReport:
-        status: RunStatus
-        if interrupted is not None:
-            status = "cancelled" if is_cancellation(interrupted) else "failed"
-            reason: str | None = (
-                "cancelled by the caller's cancel scope"
-                if status == "cancelled"
-                else f"interrupted: {type(interrupted).__name__}"
-            )
-        elif self._failure is not None:
-            status, reason = "failed", str(self._failure)
-        elif self._cancelled:
-            status, reason = "cancelled", self._stop_reason
-        else:
-            status, reason = "completed", None
-        recorders = [s.driver._telemetry for s in self._seats if s.driver is not None]
-        telemetry = tuple(merge_sessions(recorders, self.fleet.telemetry))
-        parts = [
-            EndpointPart(seat.address, seat.report, seat.error, seat.retried)
-            for seat in self._seats
-        ]
-        return merge_reports(
-            parts,
-            status=status,
-            reason=reason,
-            session_id=self._session_id,
-            telemetry=telemetry,
-        )
-
-
-@attrs.frozen
-class EndpointPart:
-    """What one endpoint left: its driver's report (if it got that far), its error."""
-
-    address: str
-    report: RuntimeReport | None
-    error: Error | None = None
-    retried: tuple[tuple[int, int | None], ...] = ()
-
-
-def merge_reports(
-    parts: Sequence[EndpointPart],
-    *,
-    status: RunStatus,
-    reason: str | None,
-    session_id: str,
-    telemetry: tuple[TelemetryRow, ...] = (),
-) -> RuntimeReport:
-    """The fleet's report from its endpoints' parts (the one place they are merged).
-
-    Episodes come in index order (the fleet's start order; which endpoint finished first
-    is timing, the index is not). Counts add up; each endpoint's advisories are kept,
-    prefixed with its address; a lost endpoint adds one naming its error and the episodes
-    started again elsewhere. ``telemetry`` is the total (see
-    :func:`~trio_rlmesh.runtime._telemetry.merge_sessions`); each endpoint keeps its own.
-
-    >>> merge_reports([EndpointPart("a:1", None)], status="cancelled", reason="stop",
-    ...               session_id="s").endpoints[0].status
-    'cancelled'
-    """
-    episodes: list[EpisodeRecord] = []
-    advisories: list[str] = []
-    endpoints = []
-    steps = hook_errors = 0
-    for part in parts:
-        report = part.report
-        if report is not None:
-            episodes.extend(report.episodes)
-            steps += report.env_step_calls
-            hook_errors += report.hook_errors
-            advisories.extend(f"{part.address}: {text}" for text in report.advisories)
-        error = _describe(part.error) if part.error is not None else None
-        if part.error is not None:
-            retried = ", ".join(str(index) for index, _seed in part.retried) or "none"
-            advisories.append(
-                f"endpoint {part.address} was lost ({error}); episodes started again "
-                f"elsewhere: {retried}"
-            )
-        # An endpoint stopped while it was still connecting has no report: cancelled.
-        part_status: RunStatus = "failed" if part.error is not None else "cancelled"
-        if part.error is None and report is not None:
-            part_status = report.status
-        endpoints.append(
-            EndpointReport(
-                endpoint=part.address,
-                status=part_status,
-                error=error,
-                episodes=len(report.episodes) if report is not None else 0,
-                env_step_calls=report.env_step_calls if report is not None else 0,
-                retried=part.retried,
-                telemetry=report.telemetry if report is not None else (),
-            )
-        )
-    episodes.sort(key=lambda record: record.index)
-    return RuntimeReport(
-        status=status,
-        reason=reason if status != "completed" else None,
-        session_id=session_id,
-        env_id=FLEET_ROUTE,
-        episodes=tuple(episodes),
-        env_step_calls=steps,
-        telemetry=telemetry,
-        advisories=tuple(advisories),
-        hook_errors=hook_errors,
-        endpoints=tuple(endpoints),
-    )
-
-
-def _describe(error: Error) -> str:
-    return f"{type(error).__name__}: {error}"

@@ -64,7 +64,8 @@ class ActionPlan(Generic[H]):
     """Where one group's next action comes from: replay, prefetch or a fresh predict.
 
     >>> from trio_rlmesh.runtime._episodes import EpisodeBook
-    >>> book = EpisodeBook(num_envs=1, session_id="s", owns_resets=True)
+    >>> from trio_rlmesh.runtime._pool import EpisodePool
+    >>> book = EpisodeBook(num_envs=1, owns_resets=True, pool=EpisodePool())
     >>> plan: ActionPlan[str] = ActionPlan(book, (0,))
     >>> _ = book.begin_reset([0]); book.reset_done([0], now=0.0)
     >>> plan.reset(spaces_v1.SpaceValue(leaves=[b"o0"]))

@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from .._errors import Error
+from ..protocol import read_env_contract
 from ..protocol._internal import INFO_IS_SUCCESS, INFO_SUCCESS
+from ._summary import RESAMPLES, SEED, RunSummary, summarize
 from ._telemetry import TelemetryRow
+
+if TYPE_CHECKING:
+    from ._spec import RuntimeSessionSpec
 
 __all__ = [
     "CANCELLED_BY_CALLER",
     "COMPLETED_REASON",
     "EndpointReport",
     "EpisodeRecord",
+    "RunSetup",
     "RunStatus",
     "RuntimeReport",
     "run_ending",
@@ -150,6 +158,43 @@ class EndpointReport:
 
 
 @attrs.frozen
+class RunSetup:
+    """What a run evaluated on: the env as its contract names it, its spaces, and the
+    run's episode caps (what ``trio-rlmesh compare`` checks runs agree on).
+
+    >>> RunSetup("CartPole-v1", "Box(...)", "Discrete(n=2, ...)", 500, None).to_json_dict()["env"]
+    'CartPole-v1'
+    """
+
+    env: str | None
+    """The env's own id (``CartPole-v1``), as its contract names it."""
+    observation_space: str | None
+    """The observation space, as :mod:`trio_rlmesh.spaces` shows it (``repr``)."""
+    action_space: str | None
+    max_episode_steps: int | None
+    """The run's cap on an episode's steps (``None``: none beyond the env's own)."""
+    max_episode_seconds: float | None
+
+    @classmethod
+    def from_spec(cls, spec: RuntimeSessionSpec) -> RunSetup:
+        """The setup of a session."""
+        contract = spec.env_contract
+        env = contract.spec.id if contract.spec is not None else None
+        try:
+            info = read_env_contract(contract)
+        except Error:  # a report is made however the run ended, a bad contract included
+            observation = action = None
+        else:
+            observation, action = repr(info.observation_space), repr(info.action_space)
+        return cls(
+            env or None, observation, action, spec.max_episode_steps, spec.max_episode_seconds
+        )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
 class RuntimeReport:
     """The outcome of one run: returned by ``run()``, or attached to its error as ``.report``.
 
@@ -179,6 +224,21 @@ class RuntimeReport:
     """Observer hooks that raised (each was logged and ignored)."""
     endpoints: tuple[EndpointReport, ...] = ()
     """A fleet run's endpoints, in the order given (empty for a one-endpoint run)."""
+    setup: RunSetup | None = None
+    """The env and the episode caps the run had (``None`` when it never got to drive)."""
+    started_at: datetime | None = None
+    """When :func:`~trio_rlmesh.run_local` (or ``run_remote``, ``run``) started connecting,
+    in UTC; ``None`` for a report made elsewhere (a :class:`RuntimeDriver` run directly)."""
+    duration_s: float | None = None
+    """Wall-clock seconds from that connect to the close of the env and the model."""
+    summary_resamples: int = RESAMPLES
+    """Bootstrap resamples of :attr:`summary`'s intervals (0: a quick summary, with
+    normal-approximation intervals and no IQM, that imports neither rliable nor scipy)."""
+    summary_seed: int = SEED
+    """The seed of :attr:`summary`'s bootstrap."""
+    _summaries: dict[str | None, RunSummary] = attrs.field(
+        factory=dict, init=False, repr=False, eq=False
+    )
 
     @property
     def total_episodes(self) -> int:
@@ -210,6 +270,37 @@ class RuntimeReport:
             return None
         return sum(1 for e in self.episodes if e.success) / len(self.episodes)
 
+    @property
+    def summary(self) -> RunSummary:
+        """Interval estimates of the episodes' returns (computed once, on first use; with
+        the ``analysis`` extra that takes a moment). See ``docs/analysis.md``."""
+        return self.summary_of(None)
+
+    def summary_of(self, endpoint: str | None) -> RunSummary:
+        """:attr:`summary` of the episodes one endpoint of a fleet ran (``None``: all).
+
+        Its timing is the run's: ``steps_per_s`` is that endpoint's steps per second of
+        the whole run.
+        """
+        found = self._summaries.get(endpoint)
+        if found is None:
+            # Index order, which does not depend on which endpoint or lane finished first:
+            # the resampling draws rows by position.
+            episodes = sorted(self.episodes, key=lambda e: e.index)
+            if endpoint is not None:
+                episodes = [e for e in episodes if e.endpoint == endpoint]
+            found = summarize(
+                [e.reward for e in episodes],
+                steps=[e.steps for e in episodes],
+                successes=[e.success for e in episodes],
+                started_at=self.started_at,
+                duration_s=self.duration_s,
+                resamples=self.summary_resamples,
+                seed=self.summary_seed,
+            )
+            self._summaries[endpoint] = found
+        return found
+
     def __str__(self) -> str:
         count = len(self.episodes)
         text = (
@@ -233,7 +324,12 @@ class RuntimeReport:
             "success_rate": self.success_rate,
             "episodes": [episode.to_json_dict() for episode in self.episodes],
             "telemetry": [row.to_json_dict() for row in self.telemetry],
+            "summary": self.summary.to_json_dict(),
+            "setup": None if self.setup is None else self.setup.to_json_dict(),
         }
         if self.endpoints:
-            data["endpoints"] = [endpoint.to_json_dict() for endpoint in self.endpoints]
+            data["endpoints"] = [
+                {**part.to_json_dict(), "summary": self.summary_of(part.endpoint).to_json_dict()}
+                for part in self.endpoints
+            ]
         return data

@@ -4,11 +4,18 @@
 (the first failing rule names what to change), adapted to 0.1.0's lane endpoints: an
 env that advertises ``subset_step`` steps and resets each lane on its own, so a vector
 of lanes may run with driver-owned (DISABLED) resets.
+
+The rules for values a caller chooses (deadlines, episode and step caps, the time cap,
+prefetch) are functions here, each written once: the spec, the limits and the driver apply
+them, so do :class:`~trio_rlmesh.RunLocalOptions` and the servers, and the command line
+shows their errors under its own option names. Infinity, wherever a deadline or cap is
+asked for, means none, as ``None`` does.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -30,7 +37,12 @@ __all__ = [
     "PeerCeiling",
     "RuntimeLimits",
     "RuntimeSessionSpec",
+    "check_count",
+    "check_prefetch_lead",
+    "check_seconds_cap",
+    "check_timeout",
     "route_request",
+    "seconds_cap",
 ]
 
 DEFAULT_MAX_EPISODE_STEPS = 100_000
@@ -42,12 +54,66 @@ _DRIVER_OWNED = frozenset(
 )
 
 
-def _check_timeout(instance: Any, attribute: Any, value: Any) -> None:
+# -- option rules -------------------------------------------------------------------------
+# Each is written here once. RuntimeSessionSpec, RuntimeLimits and the driver apply them, and
+# so do the options above the runtime (RunLocalOptions, the servers' deadlines); the command
+# line reads their errors with its own option names.
+
+
+def check_timeout(name: str, value: float | None) -> None:
+    """A deadline: ``None`` or infinity (no deadline), else a number of seconds ``>= 0``.
+
+    >>> check_timeout("drain_timeout", math.inf)  # no deadline, like None
+    """
     if value is not None and not value >= 0:
         raise SpecError(
-            f"RuntimeLimits.{attribute.name} must be None (no deadline) or >= 0 seconds, "
-            f"got {value!r}"
+            f"{name} must be >= 0 seconds (None or infinity: no deadline), got {value!r}"
         )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_count(name: str, value: int | None, *, optional: bool = True) -> None:
+    """A count (episodes, steps, lanes, actions per predict): an integer ``>= 1``, or
+    ``None`` (no cap) when ``optional``."""
+    if value is None and optional:
+        return
+    if not (_is_int(value) and value >= 1):  # type: ignore[operator]
+        when = " when set" if optional else ""
+        raise SpecError(f"{name} must be greater than zero{when}, got {value!r}")
+
+
+def seconds_cap(value: float | None) -> float | None:
+    """A time cap as the runtime keeps it: infinity means no cap, as ``None`` does.
+
+    >>> seconds_cap(float("inf")) is None, seconds_cap(2.5)
+    (True, 2.5)
+    """
+    if value is not None and value == math.inf:
+        return None
+    return value
+
+
+def check_seconds_cap(name: str, value: float | None) -> None:
+    """A time cap: ``None`` (or infinity, see :func:`seconds_cap`), else seconds ``> 0``.
+    NaN is refused: it would never cap anything."""
+    if value is not None and not value > 0.0:
+        raise SpecError(
+            f"{name} must be greater than zero when set (None or infinity: no cap), got {value!r}"
+        )
+
+
+def check_prefetch_lead(value: int) -> None:
+    """Chunk-replay prefetch: ``0`` (off), or how many frames before a chunk's end to
+    predict the next one."""
+    if not (_is_int(value) and value >= 0):
+        raise SpecError(f"prefetch_lead must be 0 (off) or a positive frame count, got {value!r}")
+
+
+def _check_limit(instance: Any, attribute: Any, value: Any) -> None:
+    check_timeout(f"RuntimeLimits.{attribute.name}", value)
 
 
 @attrs.frozen
@@ -58,15 +124,15 @@ class RuntimeLimits:
     300.0
     """
 
-    env_reset_timeout: float | None = attrs.field(default=300.0, validator=_check_timeout)
+    env_reset_timeout: float | None = attrs.field(default=300.0, validator=_check_limit)
     """Bounds every reset; also sent in ``ResetRequest.timeout_ms``."""
-    env_step_timeout: float | None = attrs.field(default=300.0, validator=_check_timeout)
+    env_step_timeout: float | None = attrs.field(default=300.0, validator=_check_limit)
     """Bounds every step; also sent in ``StepRequest.timeout_ms``."""
-    model_predict_timeout: float | None = attrs.field(default=300.0, validator=_check_timeout)
+    model_predict_timeout: float | None = attrs.field(default=300.0, validator=_check_limit)
     """Bounds every predict (and every background ``reset_adapter``)."""
-    service_close_timeout: float | None = attrs.field(default=5.0, validator=_check_timeout)
+    service_close_timeout: float | None = attrs.field(default=5.0, validator=_check_limit)
     """Bounds env close, model release and every other cleanup step at the end of a run."""
-    telemetry_window: float | None = attrs.field(default=1.0, validator=_check_timeout)
+    telemetry_window: float | None = attrs.field(default=1.0, validator=_check_limit)
     """Period of the live telemetry ticker; ``None`` or ``0`` turns the ticker off."""
 
 
@@ -145,7 +211,8 @@ class RuntimeSessionSpec:
     trial_index_base: int | None = None
     """First ``trial_index`` reset option (episode ``k`` gets ``base + k``); default 0."""
     max_episode_steps: int | None = None
-    max_episode_seconds: float | None = None
+    max_episode_seconds: float | None = attrs.field(default=None, converter=seconds_cap)
+    """Truncate an episode after this many seconds (``None``, or infinity: no cap)."""
     close_env_on_end: bool = False
     subset_step: bool = False
     """The env is a lane endpoint: each lane steps and resets on its own (``subset_step``)."""
@@ -243,17 +310,10 @@ class RuntimeSessionSpec:
             raise SpecError("runtime env_contract is missing observation_space")
         if self.action_space is None:
             raise SpecError("runtime env_contract is missing action_space")
-        if self.max_episodes is not None and self.max_episodes <= 0:
-            raise SpecError(
-                "runtime max_episodes must be greater than zero when set "
-                "(leave it None to run until cancelled)"
-            )
-        if self.max_episode_steps is not None and self.max_episode_steps <= 0:
-            raise SpecError("runtime max_episode_steps must be greater than zero when set")
-        seconds = self.max_episode_seconds
-        if seconds is not None and not seconds > 0.0:
-            # NaN fails here too: the reference lets it through and then never caps.
-            raise SpecError("runtime max_episode_seconds must be greater than zero when set")
+        check_count("max_episodes", self.max_episodes)
+        check_count("max_episode_steps", self.max_episode_steps)
+        # NaN fails here too: the reference lets it through and then never caps.
+        check_seconds_cap("max_episode_seconds", self.max_episode_seconds)
         per_lane = self.lanes_step_individually
         seeds = len(self.episode_seeds)
         if seeds and self.num_envs > 1 and not per_lane and seeds % self.num_envs:

@@ -83,6 +83,7 @@ __all__ = [
     "WorkerStatistics",
     "WorkerStuck",
     "WorkerUnavailable",
+    "busy_worker_threads",
     "check_serving_user_code",
     "check_user_code",
     "new_worker",
@@ -91,6 +92,9 @@ __all__ = [
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound=BaseException)
 _log = logging.getLogger("trio_rlmesh.worker")
+
+WORKER_THREAD_PREFIX: Final = "trio-rlmesh worker: "
+"""How a :class:`ThreadWorker`'s thread is named, before the worker's own name."""
 
 UserCode = Literal["thread", "inline"]
 """Where user code runs: ``"thread"`` (a dedicated worker thread) or ``"inline"``."""
@@ -631,7 +635,7 @@ class ThreadWorker(Worker):
         thread = threading.Thread(
             target=_serve,
             args=(self._jobs,),
-            name=f"trio-rlmesh worker: {self.name}",
+            name=f"{WORKER_THREAD_PREFIX}{self.name}",
             daemon=True,
         )
         thread.start()
@@ -816,3 +820,19 @@ class AdaptiveWorker(Worker):
         self, operation: str = "close", fn: Callable[..., object] | None = None, *args: Any
     ) -> None:
         await self.thread.aclose(operation, fn, *args)
+
+
+def busy_worker_threads(wait: float = 0.0) -> list[str]:
+    """The names of the workers whose thread is still alive after at most ``wait`` seconds.
+
+    Once every worker is closed, a thread still alive is running a call it was abandoned
+    in (a hung env step or predict): the process exits with it running (it is a daemon).
+    """
+    deadline = time.monotonic() + wait
+    alive: list[str] = []
+    for thread in threading.enumerate():
+        if thread.name.startswith(WORKER_THREAD_PREFIX):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                alive.append(thread.name[len(WORKER_THREAD_PREFIX) :])
+    return alive

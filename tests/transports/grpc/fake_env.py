@@ -73,6 +73,8 @@ class FakeEnvService:
     generation: str = PROTOCOL_GENERATION
     """The only generation this fake accepts."""
     contract: bool = True
+    base: bool = True
+    """Answer the handshake with a base (``False``: an answer no 0.1.0 server sends)."""
     busy_joins: int = 0
     """Refuse this many Joins with FAILED_PRECONDITION (trailers-only, then RST_STREAM
     NO_ERROR when the client has not half-closed) before accepting one."""
@@ -96,6 +98,8 @@ class FakeEnvService:
     requests: list[env_v1.JoinRequest] = attrs.Factory(list)
     handshakes: list[env_v1.HandshakeRequest] = attrs.Factory(list)
     metadata: list[dict[str, str]] = attrs.Factory(list)
+    deadlines: list[str | None] = attrs.Factory(list)
+    """Each call's ``grpc-timeout`` header, as sent (``None``: none, as RLMesh's clients)."""
     held: list[Held] = attrs.Factory(list)
     join_ended: list[str] = attrs.Factory(list)
     """How each Join ended: ``"close"`` (Close received), ``"eof"`` or ``"cancelled"``."""
@@ -113,6 +117,7 @@ class FakeEnvService:
 
     def _record(self, call: TrioServerCall) -> None:
         self.metadata.append(dict(call.metadata))
+        self.deadlines.append((call._stream.headers or {}).get("grpc-timeout"))
         if self.token is not None and call.metadata.get("authorization") != self.token:
             raise GrpcError(Status.UNAUTHENTICATED, "invalid env token")
 
@@ -129,7 +134,7 @@ class FakeEnvService:
         if request.base.protocol_generation != self.generation:
             base.compatible = False
             base.error_message = f"protocol generation mismatch, want {self.generation}"
-        response = env_v1.HandshakeResponse(base=base)
+        response = env_v1.HandshakeResponse(base=base if self.base else None)
         if base.compatible and self.contract:
             response.env_contract = core_v1.EnvContract(
                 spec=core_v1.EnvSpec(id="Fake-v0", action_space=SPACE, observation_space=SPACE),

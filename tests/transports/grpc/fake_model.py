@@ -48,6 +48,8 @@ class FakeModelService:
     predicts: int = 0
     requests: list[model_v1.JoinRequest] = attrs.Factory(list)
     metadata: list[dict[str, str]] = attrs.Factory(list)
+    deadlines: list[str | None] = attrs.Factory(list)
+    """Each call's ``grpc-timeout`` header, as sent (``None``: none, as RLMesh's clients)."""
     held: list[Held] = attrs.Factory(list)
     join_ended: list[str] = attrs.Factory(list)
     close_half_closed: list[bool] = attrs.Factory(list)
@@ -67,6 +69,7 @@ class FakeModelService:
 
     def _record(self, call: TrioServerCall) -> None:
         self.metadata.append(dict(call.metadata))
+        self.deadlines.append((call._stream.headers or {}).get("grpc-timeout"))
         if self.token is not None and call.metadata.get("authorization") != self.token:
             raise GrpcError(Status.UNAUTHENTICATED, "invalid route token")
 

@@ -28,9 +28,9 @@ from trio_rlmesh.transports.grpc._backend import (
     Handler,
     RunningServer,
     ServerCall,
-    get_backend,
 )
 from trio_rlmesh.transports.grpc._grpclib_backend import _configuration
+from trio_rlmesh.transports.grpc._registry import get_backend
 from trio_rlmesh.transports.grpc._settings import DEFAULT_SETTINGS
 from trio_rlmesh.transports.grpc._status import ConnectionLost, GrpcError, Status
 from trio_rlmesh.transports.grpc._trio_backend import TrioServerCall

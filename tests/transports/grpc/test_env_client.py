@@ -166,40 +166,6 @@ async def test_token_header_present_only_with_a_token(
             assert seen["authorization"] == token  # raw, no "Bearer "
 
 
-@pytest.mark.parametrize(("sent", "says"), [("wrong", "rejected the token"), (None, "requires")])
-async def test_token_refusal_names_the_problem(
-    backend: BackendName, clock: object, address: Where, sent: str | None, says: str
-) -> None:
-    service = FakeEnvService(token="right")
-    with trio.fail_after(10):
-        async with serve_fake_env(service, address("env")) as fake:
-            with pytest.raises(TransportError, match=says) as info:
-                async with open_env_client(fake.address, token=sent, backend=backend):
-                    pass
-    assert info.value.code == "UNAUTHENTICATED"
-    assert info.value.operation == "env.handshake"
-    assert info.value.address == fake.address
-
-
-async def test_incompatible_generation(backend: BackendName, clock: object, address: Where) -> None:
-    service = FakeEnvService(generation="rlmesh-wire-v2")
-    with trio.fail_after(10):
-        async with serve_fake_env(service, address("env")) as fake:
-            with pytest.raises(ProtocolError, match="generation"):
-                async with open_env_client(fake.address, backend=backend):
-                    pass
-
-
-async def test_no_mutual_edition(backend: BackendName, clock: object, address: Where) -> None:
-    service = FakeEnvService(editions=["2027.01"])
-    with trio.fail_after(10):
-        async with serve_fake_env(service, address("env")) as fake:
-            with pytest.raises(SpecError, match="no mutual workflow edition") as info:
-                async with open_env_client(fake.address, backend=backend):
-                    pass
-    assert "2027.01" in str(info.value)
-
-
 async def test_picks_the_highest_mutual_edition(
     backend: BackendName, clock: object, address: Where
 ) -> None:
@@ -276,31 +242,6 @@ async def test_busy_join_gives_up_with_a_clear_error(
     assert info.value.code == "FAILED_PRECONDITION"
     assert "already has an active Join session" in str(info.value)
     assert service.joins_refused > 3
-
-
-async def test_nothing_listening_is_could_not_connect(
-    backend: BackendName, clock: object, address: Where
-) -> None:
-    target = address("nobody")
-    with trio.fail_after(10):
-        with pytest.raises(TransportError, match="could not connect") as info:
-            async with open_env_client(target, backend=backend):
-                pass
-    assert info.value.operation == "env.handshake"
-    assert "nobody" in str(info.value)
-
-
-async def test_connect_timeout(backend: BackendName, clock: object, address: Where) -> None:
-    # A server that accepts the connection and then never says a word.
-    with trio.fail_after(10):
-        async with serve_fake_env(FakeEnvService(), address("env")) as fake:
-            fake.valve.freeze()
-            start = trio.current_time()
-            with pytest.raises(OperationTimeout, match=r"timed out after 0\.3 s") as info:
-                async with open_env_client(fake.address, connect_timeout=0.3, backend=backend):
-                    pass
-            assert elapsed_is(clock, start, 0.3)
-    assert isinstance(info.value, TimeoutError)
 
 
 async def test_dropped_connection_names_address_operation_and_step(

@@ -98,6 +98,7 @@ async def test_handshake_cartpole_contract(backend: BackendName, address: Where)
                 "protocol generation rlmesh-wire-v0 not compatible with server rlmesh-wire-v1"
             )
             assert wrong.env_contract is None
+            assert wrong.base.capabilities == {"subset_step": "true"}  # as RLMesh answers
 
             with pytest.raises(GrpcError) as info:
                 await env_handshake(raw, env_v1.HandshakeRequest())
@@ -826,12 +827,15 @@ def test_tracker_interrupted_buffer_is_bounded() -> None:
 
 
 async def test_serve_env_rejects_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="num_envs > 1 needs a factory"):
+    with pytest.raises(ValueError, match="num_envs=2 needs a factory"):
         await serve_env(ToyEnv(), num_envs=2)
     with pytest.raises(ValueError, match="autoreset"):
         await serve_env(ToyEnv(), autoreset="same-step")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="token must not be empty"):
-        await serve_env(ToyEnv(), token="")
+    for blank in ("", "  "):
+        with pytest.raises(ValueError, match="token must not be blank"):
+            await serve_env(ToyEnv(), token=blank)
+    with pytest.raises(ValueError, match="drain_timeout must be >= 0 seconds"):
+        await serve_env(ToyEnv(), drain_timeout=-1.0)
     with pytest.raises(ValueError, match="unknown gRPC backend"):
         await serve_env(ToyEnv(), backend="asyncio")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="user_code"):

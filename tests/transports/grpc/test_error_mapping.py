@@ -79,7 +79,7 @@ def test_unauthenticated_says_which_token_problem(token_sent: bool | None, says:
     ("operation", "service"),
     [
         ("env.handshake", "rlmesh.env.v1.EnvService"),
-        ("model.connect", "rlmesh.model.v1.ModelService"),
+        ("model.handshake", "rlmesh.model.v1.ModelService"),
     ],
 )
 def test_unimplemented_names_the_service_asked_for(operation: str, service: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from tests.model.helpers import predict_request
-from trio_rlmesh import ModelError, OperationTimeout, ProtocolError, SpecError, TransportError
+from trio_rlmesh import ModelError, ProtocolError, TransportError
 from trio_rlmesh.protocol import WORKFLOW_EDITION, core_v1, model_v1
 from trio_rlmesh.runtime._internal import route_request
 from trio_rlmesh.transports.grpc import (
@@ -188,20 +188,6 @@ async def test_grouped_result_count_must_match(
                 )
 
 
-@pytest.mark.parametrize(("sent", "says"), [("wrong", "rejected the token"), (None, "requires")])
-async def test_token_refusal(
-    backend: BackendName, clock: object, address: Where, sent: str | None, says: str
-) -> None:
-    service = FakeModelService(token="right")
-    with trio.fail_after(10):
-        async with serve_fake_model(service, address("model")) as fake:
-            with pytest.raises(TransportError, match=says) as info:
-                async with open_model_client(fake.address, token=sent, backend=backend):
-                    pass
-    assert info.value.code == "UNAUTHENTICATED"
-    assert info.value.operation == "model.connect"
-
-
 async def test_the_raw_token_goes_on_every_call(
     backend: BackendName, clock: object, address: Where
 ) -> None:
@@ -228,42 +214,6 @@ async def test_an_env_server_at_the_model_address_is_named(
                 async with open_model_client(fake.address, backend=backend):
                     pass
     assert info.value.code == "UNIMPLEMENTED"
-
-
-@pytest.mark.parametrize(
-    ("knob", "error", "text"),
-    [
-        ({"generation": "rlmesh-wire-v2"}, SpecError, "incompatible"),
-        ({"editions": ["2099.01"]}, SpecError, "no mutual workflow edition"),
-        ({"base": False}, ProtocolError, "no base"),
-    ],
-)
-async def test_handshake_refusals(
-    backend: BackendName,
-    clock: object,
-    address: Where,
-    knob: dict[str, object],
-    error: type[Exception],
-    text: str,
-) -> None:
-    service = FakeModelService(**knob)  # type: ignore[arg-type]
-    with trio.fail_after(10):
-        async with serve_fake_model(service, address("model")) as fake:
-            with pytest.raises(error, match=text):
-                async with open_model_client(fake.address, backend=backend):
-                    pass
-
-
-async def test_connect_timeout(backend: BackendName, clock: object, address: Where) -> None:
-    with trio.fail_after(10):
-        async with serve_fake_model(FakeModelService(), address("model")) as fake:
-            fake.valve.freeze()
-            start = trio.current_time()
-            with pytest.raises(OperationTimeout, match="DEADLINE_EXCEEDED"):
-                async with open_model_client(fake.address, connect_timeout=0.3, backend=backend):
-                    pass
-            if clock is not None:
-                assert trio.current_time() - start == pytest.approx(0.3)
 
 
 async def test_a_dropped_connection_fails_every_request_in_flight(

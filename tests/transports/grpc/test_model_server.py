@@ -409,8 +409,11 @@ async def test_remote_shutdown_is_refused_unless_allowed(
 
 
 async def test_serve_model_rejects_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="token must not be empty"):
-        await serve_model(Echo(), token="")
+    for blank in ("", "  "):
+        with pytest.raises(ValueError, match="token must not be blank"):
+            await serve_model(Echo(), token=blank)
+    with pytest.raises(ValueError, match="drain_timeout must be >= 0 seconds"):
+        await serve_model(Echo(), drain_timeout=float("nan"))
     with pytest.raises(ValueError, match="unknown gRPC backend"):
         await serve_model(Echo(), backend="asyncio")  # type: ignore[arg-type]
 

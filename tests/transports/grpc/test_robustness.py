@@ -33,9 +33,10 @@ from trio_rlmesh.transports.grpc import (
     serve_env,
     serve_model,
 )
-from trio_rlmesh.transports.grpc._backend import ClientCall, get_backend
+from trio_rlmesh.transports.grpc._backend import ClientCall
 from trio_rlmesh.transports.grpc._codec import encode
 from trio_rlmesh.transports.grpc._handshake import ENV_JOIN, MODEL_JOIN
+from trio_rlmesh.transports.grpc._registry import get_backend
 from trio_rlmesh.transports.grpc._status import GrpcError, Status
 
 from .fake_env import FakeEnvService, serve_fake_env

@@ -20,6 +20,7 @@ import attrs
 from ..._errors import SpecError
 from ...protocol import core_v1, make_env_contract
 from ...protocol._internal import META_AUTORESET_MODE
+from ...runtime._internal import check_count
 from ...spaces import Space, from_gymnasium
 from .._gym_compat import normalize_reset, normalize_step
 from ._errors import Code, WireError, user_failure
@@ -307,8 +308,7 @@ def open_shape(
             vector env inside a list, SAME_STEP autoreset, NEXT_STEP declared for scalar
             envs, something that is not an env, ...), saying what to do.
     """
-    if num_envs is not None and num_envs < 1:
-        raise SpecError(f"num_envs must be >= 1, got {num_envs}")
+    check_count("num_envs", num_envs)
     if isinstance(env_or_factory, (list, tuple)):
         envs = list(env_or_factory)
         if num_envs is not None and num_envs != len(envs):
@@ -321,7 +321,10 @@ def open_shape(
         return VectorEnv(env_or_factory, autoreset, env_name)
     elif _is_env(env_or_factory):
         if num_envs not in (None, 1):
-            raise SpecError("num_envs > 1 needs a factory (a callable returning an env)")
+            raise SpecError(
+                f"num_envs={num_envs} needs a factory (a class, or a callable returning an "
+                f"env; one env per lane), not one env object ({type(env_or_factory).__name__})"
+            )
         envs = [env_or_factory]
     elif callable(env_or_factory):
         factory: Callable[[], Any] = env_or_factory

@@ -18,7 +18,6 @@ from __future__ import annotations
 from ._address import Address as Address
 from ._address import parse_address as parse_address
 from ._address import parse_bind_address as parse_bind_address
-from ._backend import BACKENDS as BACKENDS
 from ._backend import BackendName as BackendName
 from ._env_client import EnvClient as EnvClient
 from ._env_client import EnvClientRuntimeEnv as EnvClientRuntimeEnv
@@ -31,7 +30,9 @@ from ._model_client import ModelClient as ModelClient
 from ._model_client import ModelClientRuntimeModel as ModelClientRuntimeModel
 from ._model_client import open_model_client as open_model_client
 from ._model_server import serve_model as serve_model
+from ._registry import BACKENDS as BACKENDS
 from ._settings import GrpcSettings as GrpcSettings
+from ._settings import ServerLimits as ServerLimits
 
 __all__ = [
     "BACKENDS",
@@ -45,6 +46,7 @@ __all__ = [
     "ModelClientRuntimeModel",
     "RemoteEnvError",
     "RemoteEnvTimeout",
+    "ServerLimits",
     "open_env_client",
     "open_model_client",
     "parse_address",

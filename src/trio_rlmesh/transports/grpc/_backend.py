@@ -1,13 +1,8 @@
-"""The small interface every gRPC backend implements, and the choice between backends.
+"""The small interface every gRPC backend implements.
 
 The env and model clients and servers are written once against these types; a backend
-only moves bytes (httpcore's pattern). Two backends ship:
-
-* ``"trio"`` (the default): gRPC over ``h2`` on trio sockets, no other event loop
-  (:mod:`._trio_backend`); it also serves and reaches in-memory addresses
-  (``memory://name``) for tests;
-* ``"grpclib"``: grpclib on an asyncio loop in a helper thread, reached through the
-  portal (:mod:`._grpclib_backend`).
+only moves bytes (httpcore's pattern). This module knows no backend: each one imports it,
+and :mod:`._registry` names them and picks one.
 
 A client opens a :class:`Channel` and makes calls on it; a server runs one
 :data:`Handler` per incoming call. Messages are bytes: encoding is the caller's business,
@@ -21,15 +16,14 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Final, Literal, Protocol
+from typing import Literal, Protocol
 
 import trio
 
-from ._settings import GrpcSettings
+from ._settings import GrpcSettings, ServerLimits
 from ._status import ConnectionLost, GrpcError, Status
 
 __all__ = [
-    "BACKENDS",
     "Backend",
     "BackendName",
     "Channel",
@@ -37,14 +31,11 @@ __all__ = [
     "Handler",
     "RunningServer",
     "ServerCall",
-    "check_backend",
-    "get_backend",
     "handler_outcome",
     "unary_call",
 ]
 
 BackendName = Literal["trio", "grpclib"]
-BACKENDS: Final[tuple[BackendName, ...]] = ("trio", "grpclib")
 
 if sys.version_info < (3, 11):  # pragma: no cover - exercised on 3.10 only
     from exceptiongroup import BaseExceptionGroup
@@ -181,38 +172,20 @@ class Backend(Protocol):
         ...
 
     def open_server(
-        self, address: str, handlers: Mapping[str, Handler], settings: GrpcSettings
+        self,
+        address: str,
+        handlers: Mapping[str, Handler],
+        settings: GrpcSettings,
+        limits: ServerLimits = ...,
     ) -> AbstractAsyncContextManager[RunningServer]:
-        """Serve ``handlers`` (by method path) on ``address`` for the duration of the block.
+        """Serve ``handlers`` (by method path) on ``address`` for the duration of the block,
+        holding every client connection to ``limits``.
 
         When the block exits, every call still open is ended with UNAVAILABLE ("the server
         is shutting down"), then every connection is closed; the exit is bounded by the
         settings' ``write_timeout`` even if a handler never returns.
         """
         ...
-
-
-def check_backend(name: str) -> BackendName:
-    """Validate a backend name (for options and the CLI).
-
-    >>> check_backend("trio")
-    'trio'
-    """
-    if name not in BACKENDS:
-        raise ValueError(f"unknown gRPC backend {name!r}; use one of {', '.join(BACKENDS)}")
-    return name
-
-
-def get_backend(name: str = "trio") -> Backend:
-    """The backend called ``name`` (importing grpclib only for ``"grpclib"``)."""
-    check_backend(name)
-    if name == "grpclib":
-        from ._grpclib_backend import GRPCLIB_BACKEND
-
-        return GRPCLIB_BACKEND
-    from ._trio_backend import TRIO_BACKEND
-
-    return TRIO_BACKEND
 
 
 async def handler_outcome(handler: Handler, call: ServerCall) -> tuple[Status, str] | None:

@@ -28,19 +28,25 @@ import trio
 
 from ..._errors import EnvError, Error, OperationTimeout, ProtocolError, SpecError, TransportError
 from ..._nursery import background_nursery
-from ...protocol import PROTOCOL_GENERATION, SUPPORTED_WORKFLOW_EDITIONS, core_v1, env_v1
+from ...protocol import SUPPORTED_WORKFLOW_EDITIONS, core_v1, env_v1
 from ...protocol._internal import (
     CAP_SUBSET_STEP,
-    COMPONENT_ENV,
     has_capability,
-    highest_shared_edition,
 )
 from ...runtime import EndpointTimings, EnvResetResult, EnvStepResult
-from ._backend import BackendName, Channel, get_backend
+from ._backend import BackendName, Channel
 from ._codec import decode, encode
 from ._errors import map_transport_error
-from ._handshake import ENV_HANDSHAKE, ENV_JOIN, ENV_SHUTDOWN, auth_metadata, handshake_request
+from ._handshake import (
+    ENV_JOIN,
+    ENV_SHUTDOWN,
+    auth_metadata,
+    connecting,
+    handshake,
+    refused,
+)
 from ._join import JoinMux, JoinStatistics
+from ._registry import get_backend
 from ._settings import DEFAULT_SETTINGS, GrpcSettings
 from ._status import GrpcError, Status
 
@@ -109,36 +115,14 @@ def _error_code_name(code: Any) -> str:
     return name if name and name.isidentifier() else "UNSPECIFIED"
 
 
-def _validate_handshake(
-    response: env_v1.HandshakeResponse, editions: tuple[str, ...], address: str
-) -> tuple[core_v1.HandshakeResponse, core_v1.EnvContract, str]:
-    where = f"env handshake with {address}"
-    context: dict[str, Any] = {"operation": "env.handshake", "address": address}
-    base = response.base
-    if base is None:
-        raise ProtocolError(f"{where}: the reply has no base", **context)
-    if not base.compatible:
-        detail = base.error_message or "no reason given"
-        raise ProtocolError(
-            f"{where}: the server is not compatible with protocol generation "
-            f"{PROTOCOL_GENERATION}: {detail}",
-            **context,
-        )
-    contract = response.env_contract
+def _check_contract(contract: core_v1.EnvContract | None, address: str) -> core_v1.EnvContract:
     spec = contract.spec if contract is not None else None
     if contract is None or spec is None:
-        raise ProtocolError(f"{where}: the reply carries no env contract", **context)
+        raise refused("env", address, "the answer carries no env contract")
     if spec.observation_space is None or spec.action_space is None:
         missing = "observation" if spec.observation_space is None else "action"
-        raise ProtocolError(f"{where}: the env contract has no {missing} space", **context)
-    edition = highest_shared_edition(list(base.supported_workflow_editions), editions)
-    if edition is None:
-        raise SpecError(
-            f"{where}: no mutual workflow edition: the server supports "
-            f"{list(base.supported_workflow_editions)}, this client {list(editions)}",
-            **context,
-        )
-    return base, contract, edition
+        raise refused("env", address, f"the env contract has no {missing} space")
+    return contract
 
 
 class EnvClient:
@@ -568,10 +552,13 @@ async def open_env_client(
         settings: message size limit, keepalive and flow-control windows.
 
     Raises:
-        ProtocolError: the server speaks another protocol generation or sent no contract.
-        SpecError: no workflow edition in common.
+        ProtocolError: the server refused this protocol generation, shares no workflow
+            edition with ``editions``, or sent no usable contract.
         TransportError: the server is unreachable, is not an env server, or refused the token.
-        OperationTimeout: connecting took longer than ``connect_timeout``.
+        OperationTimeout: connecting took longer than ``connect_timeout`` (recoverable).
+
+    Every error names the operation ``env.handshake`` (see
+    :mod:`~trio_rlmesh.transports.grpc._handshake` for the rules, the model client's too).
 
     Example::
 
@@ -585,28 +572,16 @@ async def open_env_client(
         background_nursery() as nursery,
     ):
         display = channel.label
-        context: dict[str, Any] = {"operation": "env.handshake", "address": display}
-        request = env_v1.HandshakeRequest(base=handshake_request(COMPONENT_ENV, editions=editions))
-        try:
-            with trio.fail_after(connect_timeout):
-                data = await channel.unary(ENV_HANDSHAKE, encode(request), metadata)
-            response = decode(env_v1.HandshakeResponse, data)
-        except trio.TooSlowError:
-            raise OperationTimeout(
-                f"connecting to the env at {display} timed out after {connect_timeout:g} s",
-                timeout=connect_timeout,
-                recoverable=True,
-                **context,
-            ) from None
-        except Exception as exc:
-            raise map_transport_error(exc, token_sent=metadata is not None, **context) from exc
-        base, contract, edition = _validate_handshake(response, editions, display)
+        with connecting("env", display, timeout=connect_timeout, token_sent=metadata is not None):
+            shake = await handshake(channel, "env", editions=editions, metadata=metadata)
+        contract = _check_contract(shake.reply.env_contract, display)
+        base = shake.base
         client = EnvClient(
             channel,
             address=display,
             contract=contract,
             capabilities=dict(base.capabilities),
-            workflow_edition=edition,
+            workflow_edition=shake.workflow_edition,
             server_info=base.peer_info or core_v1.PeerInfo(),
             metadata=metadata,
             request_timeout=request_timeout,

@@ -42,6 +42,7 @@ from ...protocol._internal import (
     CAP_SUBSET_STEP,
     CAPABILITY_TRUE,
     COMPONENT_ENV,
+    check_token,
     encode_env_join_response,
     encode_env_timing_tail,
 )
@@ -49,6 +50,7 @@ from ...runtime._internal import (
     ServingUserCode,
     WorkerUnavailable,
     check_serving_user_code,
+    check_timeout,
     new_worker,
 )
 from .._envhost import (
@@ -62,11 +64,12 @@ from .._envhost import (
     plan_timings,
     run_plan,
 )
-from ._backend import BackendName, ServerCall, check_backend
+from ._backend import BackendName, ServerCall
 from ._codec import encode
 from ._handshake import ENV_HANDSHAKE, ENV_JOIN, ENV_SHUTDOWN, handshake_response
+from ._registry import check_backend
 from ._server import JoinSession, ServerCore, run_server
-from ._settings import DEFAULT_SETTINGS, GrpcSettings
+from ._settings import DEFAULT_LIMITS, DEFAULT_SETTINGS, GrpcSettings, ServerLimits
 from ._status import GrpcError, Status
 
 __all__ = ["serve_env"]
@@ -324,17 +327,22 @@ def _timings(submitted: int, results: list[Any]) -> tuple[int, int]:
     return plan_timings(submitted, lane_results)
 
 
+AUTORESET_MODES: Final[dict[str, core_v1.AutoresetMode]] = {
+    "next-step": core_v1.AutoresetMode.NEXT_STEP,
+    "disabled": core_v1.AutoresetMode.DISABLED,
+}
+"""What ``serve_env``'s ``autoreset`` (and ``serve-env --autoreset``) may declare."""
+
+
 def _autoreset_mode(value: AutoresetName | None) -> core_v1.AutoresetMode | None:
     if value is None:
         return None
-    modes = {
-        "next-step": core_v1.AutoresetMode.NEXT_STEP,
-        "disabled": core_v1.AutoresetMode.DISABLED,
-    }
     try:
-        return modes[value]
+        return AUTORESET_MODES[value]
     except KeyError:
-        raise ValueError(f"autoreset must be 'next-step' or 'disabled', got {value!r}") from None
+        raise ValueError(
+            f"autoreset must be one of {list(AUTORESET_MODES)}, got {value!r}"
+        ) from None
 
 
 def _remote_shutdown_env() -> bool:
@@ -356,6 +364,7 @@ async def serve_env(
     user_code: ServingUserCode = "auto",
     backend: BackendName = "trio",
     settings: GrpcSettings = DEFAULT_SETTINGS,
+    limits: ServerLimits = DEFAULT_LIMITS,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve an env over rlmesh-wire-v1 until cancelled (or shut down remotely / when idle).
@@ -379,7 +388,7 @@ async def serve_env(
         num_envs: lane count for a factory (must agree with the env otherwise).
         autoreset: declare ``"next-step"`` or ``"disabled"`` for a vector env (default: read
             from its ``metadata["autoreset_mode"]``).
-        token: require this exact ``authorization`` header on every call (not empty).
+        token: require this exact ``authorization`` header on every call (not blank).
         allow_remote_shutdown: accept the Shutdown RPC (also enabled by
             ``RLMESH_ALLOW_REMOTE_SHUTDOWN=1``).
         idle_timeout: stop after this many seconds without a Join request in progress.
@@ -397,6 +406,9 @@ async def serve_env(
             hangs the server.
         backend: ``"trio"`` (default) or ``"grpclib"``.
         settings: message size limit, keepalive and flow-control windows.
+        limits: what one client connection may do (connections, calls, header size,
+            handshake and idle timeouts, frame budgets); see
+            :class:`~trio_rlmesh.transports.grpc.ServerLimits`.
 
     Example::
 
@@ -404,8 +416,8 @@ async def serve_env(
             address = await nursery.start(serve_env, gymnasium.make("CartPole-v1"))
     """
     check_backend(backend)
-    if token is not None and not token:
-        raise ValueError("token must not be empty (pass None to serve without one)")
+    token = check_token(token)
+    check_timeout("drain_timeout", drain_timeout)
     user_code = check_serving_user_code(user_code)
     mode = _autoreset_mode(autoreset)
     if validation not in (None, "warn", "strict", "off"):
@@ -432,6 +444,7 @@ async def serve_env(
             address=address,
             backend=backend,
             settings=settings,
+            limits=limits,
             drain_timeout=drain_timeout,
             idle_timeout=idle_timeout,
             task_status=task_status,

@@ -51,7 +51,7 @@ from ._backend import BackendName, Handler, handler_outcome
 from ._framing import HEADER_SIZE, check_header
 from ._lifecycle import CLOSE_GRACE, TrackedServer
 from ._portal import Portal, open_portal
-from ._settings import GrpcSettings
+from ._settings import DEFAULT_LIMITS, GrpcSettings, ServerLimits
 from ._status import ConnectionLost, GrpcError, Status, again, decode_grpc_message
 
 __all__ = ["GRPCLIB_BACKEND", "GrpclibBackend"]
@@ -815,7 +815,11 @@ class GrpclibBackend:
 
     @contextlib.asynccontextmanager
     async def open_server(
-        self, address: str, handlers: Mapping[str, Handler], settings: GrpcSettings
+        self,
+        address: str,
+        handlers: Mapping[str, Handler],
+        settings: GrpcSettings,
+        limits: ServerLimits = DEFAULT_LIMITS,
     ) -> AsyncIterator[GrpclibServer]:
         """Serve ``handlers`` on ``address`` for the duration of the block."""
         bind = _checked(parse_bind_address(address))
@@ -827,7 +831,9 @@ class GrpclibBackend:
             bridge = _Bridge(portal, token, nursery, handlers, settings)
 
             async def start() -> tuple[TrackedServer, str]:
-                server = TrackedServer([bridge], codec=_RawCodec(), config=_configuration(settings))
+                server = TrackedServer(
+                    [bridge], limits=limits, codec=_RawCodec(), config=_configuration(settings)
+                )
                 return server, await _start(server, bind)
 
             tracked, bound = await portal.run(start)

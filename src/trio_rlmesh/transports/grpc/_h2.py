@@ -40,8 +40,19 @@ Theory of operation.
   reads h2 attributes that are not public API; they are checked once at import and the
   fast path is off (everything goes through h2) if they are missing.
 * Keepalive: while a call is open and the peer has sent nothing for
-  ``keepalive_interval``, a PING goes out; if still nothing at all arrives within
-  ``keepalive_timeout``, the connection is declared dead.
+  ``keepalive_interval``, a PING goes out; if still nothing at all arrives, the connection
+  is declared dead ``keepalive_interval + keepalive_timeout`` after the peer's last byte
+  (or ``keepalive_timeout`` after the PING, if that is later: a call that opens on a
+  long-silent connection).
+* A server holds each client to its :class:`~._settings.ServerLimits`: every byte read
+  goes through a :class:`~._guard.FrameGuard` before h2 sees it, and a client past a
+  budget or the header block cap gets GOAWAY ``ENHANCE_YOUR_CALM`` (if its socket takes
+  it at once, or within ``GOAWAY_GRACE``) and loses the connection. A second task closes
+  a connection that sends no preface and SETTINGS within ``handshake_timeout``, and one
+  with no call (no stream, no handler running) for ``idle_connection_timeout`` (GOAWAY
+  ``NO_ERROR``). A peer's RST_STREAM cancels the call's handler at once (:attr:`H2Stream.scope`),
+  and request headers are read strictly (:func:`~._guard.request_headers`): a refused
+  request is answered with its status before any handler runs.
 * Delayed ACKs: a client that has just read the first part of a response and has nothing
   to send (a unary call's message before its trailers, a stream's headers before its
   first message) asks the kernel to acknowledge at once (``TCP_QUICKACK``, Linux). A
@@ -75,7 +86,16 @@ import h2.stream
 import trio
 
 from ._framing import HEADER_SIZE, MessageDecoder, frame
-from ._settings import GrpcSettings
+from ._guard import (
+    GOAWAY_GRACE,
+    Abuse,
+    FrameGuard,
+    cut_off,
+    idle_reason,
+    no_handshake,
+    request_headers,
+)
+from ._settings import DEFAULT_LIMITS, GrpcSettings, ServerLimits
 from ._status import (
     ConnectionLost,
     GrpcError,
@@ -88,6 +108,7 @@ from ._status import (
 __all__ = ["H2Connection", "H2Stream", "Headers"]
 
 Headers = list[tuple[str, str]]
+
 
 _READ_SIZE: Final = 256 * 1024
 _EAGER_READS: Final = 16
@@ -196,6 +217,7 @@ class H2Stream:
         "headers_sent",
         "local_ended",
         "remote_ended",
+        "scope",
         "stream_id",
         "trailers",
     )
@@ -223,6 +245,8 @@ class H2Stream:
         self._sink: (
             tuple[Callable[[bytes], None], Callable[[BaseException | None], None]] | None
         ) = None
+        self.scope: trio.CancelScope | None = None
+        """Server side: the handler's cancel scope, cancelled when the peer resets the call."""
 
     @property
     def connection(self) -> H2Connection:
@@ -365,7 +389,12 @@ class H2Stream:
         self._conn._window.unpark_all()
 
     def _on_reset(self, code: int | None) -> None:
-        if self.remote_ended and (not self.client or self.trailers is not None):
+        if not self.client:
+            if self.scope is not None:
+                # The client gave the call up: its handler stops now, not at its next
+                # touch of the stream (a flood of reset calls must not pile up handlers).
+                self.scope.cancel()
+        elif self.remote_ended and self.trailers is not None:
             # A reset after a complete call (RST_STREAM NO_ERROR after trailers): the
             # status already says how it ended.
             self._pump()
@@ -430,6 +459,7 @@ class H2Connection:
         on_request: server side: called (synchronously, in the reader) with each new
             stream; it starts the handler in :attr:`nursery`.
         label: how errors name the peer (``tcp://host:port``).
+        limits: server side: what the client may do (see the module doc).
     """
 
     def __init__(
@@ -441,8 +471,10 @@ class H2Connection:
         authority: str = "localhost",
         on_request: Callable[[H2Stream], None] | None = None,
         label: str = "",
+        limits: ServerLimits = DEFAULT_LIMITS,
     ) -> None:
         self.settings = settings
+        self.limits = limits
         self.client = client
         self.authority = authority
         self.label = label
@@ -473,15 +505,14 @@ class H2Connection:
             validate_inbound_headers=False,
         )
         self._h2 = h2.connection.H2Connection(config)
-        self._h2.local_settings = h2.settings.Settings(
-            client=client,
-            initial_values={
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: settings.stream_window,
-                h2.settings.SettingCodes.MAX_FRAME_SIZE: settings.max_frame_size,
-                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: settings.max_concurrent_streams,
-                h2.settings.SettingCodes.ENABLE_PUSH: 0,
-            },
-        )
+        initial = {
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: settings.stream_window,
+            h2.settings.SettingCodes.MAX_FRAME_SIZE: settings.max_frame_size,
+            h2.settings.SettingCodes.ENABLE_PUSH: 0,
+        }
+        if not client:
+            initial[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = limits.max_concurrent_streams
+        self._h2.local_settings = h2.settings.Settings(client=client, initial_values=initial)
         # h2 reads the inbound frame limit from its settings only when it is built (and on
         # a change the peer acknowledges); settings given as initial values never change,
         # so tell it here, or every frame above 16 KiB would be a FRAME_SIZE_ERROR.
@@ -500,6 +531,12 @@ class H2Connection:
         self._inbound_at = 0.0
         self._nursery: trio.Nursery | None = None
         self._ping_ids = itertools.count(1)
+        self._guard = None if client else FrameGuard(limits, trio.current_time)
+        self.handlers = 0
+        """Server side: handlers running (a call is live until its handler has returned)."""
+        self._idle_since = trio.current_time()
+        self._became_idle = trio.lowlevel.ParkingLot()
+        self._ending = False
         self.closed = trio.Event()
         """Set once the connection has ended."""
 
@@ -520,6 +557,28 @@ class H2Connection:
         return len(self._streams)
 
     @property
+    def idle_since(self) -> float | None:
+        """Server side: since when the connection has had no call (``None``: it has one,
+        or it is ending)."""
+        if self._streams or self.handlers or self._ending or self._failure is not None:
+            return None
+        return self._idle_since
+
+    def handler_started(self) -> None:
+        """Server side: a call's handler started (the server counts them)."""
+        self.handlers += 1
+
+    def handler_ended(self) -> None:
+        """Server side: a call's handler returned."""
+        self.handlers -= 1
+        self._check_idle()
+
+    def _check_idle(self) -> None:
+        if not self._streams and not self.handlers:
+            self._idle_since = trio.current_time()
+            self._became_idle.unpark_all()
+
+    @property
     def inbound_room(self) -> int:
         """How many more bytes of DATA the peer may send on the connection now."""
         return self._h2.inbound_flow_control_window
@@ -536,15 +595,22 @@ class H2Connection:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                self._inbound_at = trio.current_time()
+                self._inbound_at = self._idle_since = trio.current_time()
                 self._h2.initiate_connection()
                 extra = self.settings.connection_window - _DEFAULT_WINDOW
                 if extra > 0:
                     self._h2.increment_flow_control_window(extra)
-                await self.flush()
+                try:
+                    await self.flush()
+                except ConnectionLost:
+                    if self.client:
+                        raise
+                    return  # the client left before the server's preface: nothing to serve
                 nursery.start_soon(self._read)
                 if self.settings.keepalive_interval is not None:
                     nursery.start_soon(self._keepalive)
+                if not self.client:
+                    nursery.start_soon(self._watch_idle)
                 task_status.started()
         finally:
             self._terminate(ConnectionLost("the connection was closed"))
@@ -552,11 +618,14 @@ class H2Connection:
                 await trio.aclose_forcefully(self._transport)
             self.closed.set()
 
-    async def aclose(self, reason: str = "the connection was closed by this side") -> None:
-        """Say GOAWAY (bounded by ``write_timeout``) and end the connection."""
+    async def aclose(
+        self, reason: str = "the connection was closed by this side", *, detail: str = ""
+    ) -> None:
+        """Say GOAWAY (``detail`` as its debug data; bounded by ``write_timeout``) and end
+        the connection."""
         if self._failure is None:
             with contextlib.suppress(h2.exceptions.ProtocolError):
-                self._h2.close_connection()
+                self._h2.close_connection(additional_data=detail.encode() or None)
             with contextlib.suppress(ConnectionLost):
                 await self.flush()
         self._terminate(ConnectionLost(reason))
@@ -564,6 +633,47 @@ class H2Connection:
     def abort(self, reason: str) -> None:
         """End the connection at once, writing nothing more."""
         self._terminate(ConnectionLost(reason))
+
+    def evict(self, reason: str) -> None:
+        """Server side: end the connection soon, after a GOAWAY ``NO_ERROR`` saying
+        ``reason`` (a server making room). It counts as busy from now on."""
+        if self._failure is not None or self._ending:
+            return
+        self._ending = True
+        try:
+            assert self._nursery is not None
+            self._nursery.start_soon(self._end_with_goaway, h2.errors.ErrorCodes.NO_ERROR, reason)
+        except (AssertionError, RuntimeError):  # not running yet, or no longer
+            self._terminate(self._lost(f"this side closed the connection: {reason}"))
+
+    async def _calm_down(self, reason: str) -> None:
+        """The client went past a limit: GOAWAY ``ENHANCE_YOUR_CALM``, then the end."""
+        cut_off(self.label or "a client", reason)
+        await self._end_with_goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, reason)
+
+    async def _end_with_goaway(self, code: int, reason: str) -> None:
+        """GOAWAY with ``code`` and ``reason`` (written within ``GOAWAY_GRACE``, else not
+        at all: the peer may have stopped reading), then end the connection."""
+        self._ending = True
+        with (
+            trio.move_on_after(GOAWAY_GRACE),
+            contextlib.suppress(
+                OSError,
+                h2.exceptions.ProtocolError,
+                trio.BrokenResourceError,
+                trio.ClosedResourceError,
+            ),
+        ):
+            while self._writing:  # never write into the middle of another task's frames
+                await self._written.park()
+            self._h2.close_connection(code, additional_data=reason.encode())
+            self._collect()
+            rest = self._write_now(b"".join(self._outbox))
+            self._outbox.clear()
+            if rest and self._fd is None:
+                await self._transport.send_all(rest)
+        what = "closed" if code == h2.errors.ErrorCodes.NO_ERROR else "cut off"
+        self._terminate(self._lost(f"this side {what} the connection: {reason}"))
 
     def _terminate(self, failure: ConnectionLost) -> ConnectionLost:
         if self._failure is not None:
@@ -818,6 +928,8 @@ class H2Connection:
 
     def _forget(self, stream: H2Stream) -> None:
         self._streams.pop(stream.stream_id, None)
+        if not self.client:
+            self._check_idle()
 
     # ----------------------------------------------------------------- writing
 
@@ -947,6 +1059,7 @@ class H2Connection:
 
     async def _read(self) -> None:
         failure: ConnectionLost | None = None
+        guard = self._guard
         try:
             while self._failure is None:
                 data = await self._receive()
@@ -954,6 +1067,12 @@ class H2Connection:
                     failure = self._lost("the peer closed the connection")
                     break
                 self._inbound_at = trio.current_time()
+                if guard is not None:
+                    try:
+                        guard.feed(data)
+                    except Abuse as exc:
+                        await self._calm_down(str(exc))
+                        break
                 try:
                     if FAST_DATA:
                         self._receive_frames(data)
@@ -1096,10 +1215,13 @@ class H2Connection:
 
     def _on_request(self, event: h2.events.RequestReceived) -> None:
         stream = H2Stream(self, event.stream_id, client=False)
-        stream.headers = _header_dict(event.headers)
+        stream.headers, refusal = request_headers(event.headers or ())
         self._streams[event.stream_id] = stream
         if event.stream_ended is not None:
             stream.remote_ended = True
+        if refusal is not None:
+            self.send_trailers(stream, *refusal)
+            return
         if self._request_callback is None:
             self.send_trailers(stream, Status.UNIMPLEMENTED, "this side serves no calls")
             return
@@ -1169,25 +1291,61 @@ class H2Connection:
         timeout = self.settings.keepalive_timeout
         assert interval is not None
         while self._failure is None:
-            await trio.sleep_until(self._inbound_at + interval)
-            now = trio.current_time()
-            if now < self._inbound_at + interval:
-                continue
+            last = self._inbound_at
+            await trio.sleep_until(last + interval)
+            if self._inbound_at != last:
+                continue  # the peer spoke meanwhile: its silence starts over
             if not self._streams:
-                # Nothing to protect: an idle connection is not pinged.
-                self._inbound_at = now
+                # Nothing to protect: an idle connection is not pinged. Look again later
+                # (the silence is then counted from the last byte, or the PING below).
+                await trio.sleep(interval)
                 continue
+            pinged = trio.current_time()
             self._h2.ping(next(self._ping_ids).to_bytes(8, "big"))
             with contextlib.suppress(ConnectionLost):
                 await self.flush()
-            await trio.sleep_until(now + timeout)
-            if self._inbound_at < now:
+            # Dead once the peer has been silent for interval + timeout, and never less
+            # than timeout after the PING (a call opened on a long-silent connection).
+            dead = max(last + interval + timeout, pinged + timeout)
+            # Look once an interval after the PING: if it was answered, the next PING is
+            # due an interval after the answer, before the deadline of this one.
+            await trio.sleep_until(min(pinged + interval, dead))
+            if self._inbound_at < pinged:
+                await trio.sleep_until(dead)
+            if self._inbound_at < pinged:
                 self._terminate(
                     self._lost(
-                        f"the peer sent nothing for {interval + timeout:g} s and did not answer "
-                        f"a keepalive PING within {timeout:g} s (frozen or unreachable)"
+                        f"the peer sent nothing for {trio.current_time() - last:g} s and did "
+                        f"not answer a keepalive PING within {timeout:g} s (frozen or "
+                        "unreachable)"
                     )
                 )
+                return
+
+    # ----------------------------------------------------------------- server limits
+
+    async def _watch_idle(self) -> None:
+        """Server side: close a connection that never says hello, or that has no call for
+        ``idle_connection_timeout`` (see the module doc)."""
+        limits = self.limits
+        guard = self._guard
+        assert guard is not None
+        if limits.handshake_timeout is not None:
+            await trio.sleep_until(self._idle_since + limits.handshake_timeout)
+            if not guard.settled:
+                reason = no_handshake(self.label or "a client", limits.handshake_timeout)
+                self._terminate(self._lost(f"this side closed the connection: {reason}"))
+                return
+        idle = limits.idle_connection_timeout
+        if idle is None:
+            return
+        while True:
+            while self._streams or self.handlers:
+                await self._became_idle.park()
+            await trio.sleep_until(self._idle_since + idle)
+            if self.idle_since is not None and trio.current_time() >= self._idle_since + idle:
+                detail = idle_reason(idle)
+                await self.aclose(f"this side closed the connection: {detail}", detail=detail)
                 return
 
 

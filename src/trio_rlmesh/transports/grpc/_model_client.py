@@ -11,28 +11,28 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Final
 
 import betterproto2
 import trio
 
-from ..._errors import Error, ModelError, ProtocolError, SpecError
+from ..._errors import Error, ModelError, ProtocolError
 from ...model._internal import wire_error_to_model
 from ...protocol import SUPPORTED_WORKFLOW_EDITIONS, core_v1, model_v1
-from ...protocol._internal import COMPONENT_MODEL, highest_shared_edition
 from ...runtime import EndpointTimings, ModelPrediction
-from ._backend import BackendName, Channel, get_backend
+from ._backend import BackendName, Channel
 from ._codec import decode, encode
 from ._errors import map_transport_error
 from ._handshake import (
-    MODEL_HANDSHAKE,
     MODEL_JOIN,
     MODEL_SHUTDOWN,
     auth_metadata,
-    handshake_request,
+    connecting,
+    handshake,
 )
 from ._join import JoinMux
+from ._registry import get_backend
 from ._settings import DEFAULT_SETTINGS, GrpcSettings
 
 __all__ = ["ModelClient", "ModelClientRuntimeModel", "open_model_client"]
@@ -199,24 +199,6 @@ def _request_id(reply: model_v1.JoinResponse) -> str:
     return reply.request_id
 
 
-def _check_handshake(reply: model_v1.HandshakeResponse, shown: str) -> core_v1.HandshakeResponse:
-    base = reply.base
-    if base is None:
-        raise ProtocolError(f"the model at {shown} sent a handshake with no base")
-    if not base.compatible:
-        raise SpecError(f"the model at {shown} is incompatible: {base.error_message}")
-    if (
-        highest_shared_edition(base.supported_workflow_editions, SUPPORTED_WORKFLOW_EDITIONS)
-        is None
-    ):
-        raise SpecError(
-            f"no mutual workflow edition with the model at {shown}: it offers "
-            f"{list(base.supported_workflow_editions)}, this client "
-            f"{list(SUPPORTED_WORKFLOW_EDITIONS)}"
-        )
-    return base
-
-
 @contextlib.asynccontextmanager
 async def open_model_client(
     address: str,
@@ -224,6 +206,7 @@ async def open_model_client(
     token: str | None = None,
     close_reason: str | None = None,
     connect_timeout: float = 10.0,
+    editions: Iterable[str] = SUPPORTED_WORKFLOW_EDITIONS,
     backend: BackendName = "trio",
     settings: GrpcSettings = DEFAULT_SETTINGS,
 ) -> AsyncIterator[ModelClient]:
@@ -232,36 +215,37 @@ async def open_model_client(
     On exit the stream is dropped (or closed with CloseParticipant when ``close_reason``
     is given, which releases every adapter on the server).
 
+    Args:
+        address: ``host:port``, ``tcp://host:port``, ``unix:///path`` or ``memory://name``.
+        token: sent raw in the ``authorization`` header of every call (none if empty).
+        close_reason: close with CloseParticipant on exit, giving this reason.
+        connect_timeout: seconds for connecting, the handshake and opening the Join stream.
+        editions: workflow editions this client accepts, most preferred first.
+        backend: ``"trio"`` (default) or ``"grpclib"``.
+        settings: message size limit, keepalive and flow-control windows.
+
     Raises:
-        TransportError: the connection or handshake failed (a bad or missing token, or an
-            address that is not a model server).
-        SpecError: the server is not generation-compatible or shares no workflow edition.
-        OperationTimeout: connecting took longer than ``connect_timeout``.
+        ProtocolError: the server refused this protocol generation, or shares no workflow
+            edition with ``editions``.
+        TransportError: the server is unreachable, is not a model server, or refused the
+            token.
+        OperationTimeout: connecting took longer than ``connect_timeout`` (recoverable).
+
+    Every error names the operation ``model.handshake`` (see
+    :mod:`~trio_rlmesh.transports.grpc._handshake` for the rules, the env client's too).
     """
+    editions = tuple(editions)
     metadata = auth_metadata(token)
     async with get_backend(backend).open_channel(address, settings) as channel:
         shown = channel.label
-        request = model_v1.HandshakeRequest(base=handshake_request(COMPONENT_MODEL))
-        try:
-            data = await channel.unary(
-                MODEL_HANDSHAKE, encode(request), metadata, timeout=connect_timeout
-            )
-            base = _check_handshake(decode(model_v1.HandshakeResponse, data), shown)
+        with connecting("model", shown, timeout=connect_timeout, token_sent=metadata is not None):
+            shake = await handshake(channel, "model", editions=editions, metadata=metadata)
             call = await channel.open_call(MODEL_JOIN, metadata)
-        except Error:
-            raise
-        except Exception as exc:
-            raise map_transport_error(
-                exc,
-                operation="model.connect",
-                address=shown,
-                token_sent=metadata is not None,
-            ) from exc
         mux: JoinMux[model_v1.JoinResponse] = JoinMux(
             call, lambda reply: decode(model_v1.JoinResponse, reply), _request_id
         )
         mux.start()
-        client = ModelClient(channel, mux, shown, base, metadata)
+        client = ModelClient(channel, mux, shown, shake.base, metadata)
         try:
             yield client
         finally:

@@ -37,15 +37,17 @@ from ...protocol._internal import (
     CAP_OBSERVATION_HISTORY,
     CAPABILITY_TRUE,
     COMPONENT_MODEL,
+    check_token,
 )
 from ...runtime import EndpointTimings
-from ...runtime._internal import ServingUserCode
+from ...runtime._internal import ServingUserCode, check_timeout
 from .._modelhost import ModelHost
-from ._backend import BackendName, ServerCall, check_backend
+from ._backend import BackendName, ServerCall
 from ._codec import encode
 from ._handshake import MODEL_HANDSHAKE, MODEL_JOIN, MODEL_SHUTDOWN, handshake_response
+from ._registry import check_backend
 from ._server import JoinSession, ServerCore, run_server
-from ._settings import DEFAULT_SETTINGS, GrpcSettings
+from ._settings import DEFAULT_LIMITS, DEFAULT_SETTINGS, GrpcSettings, ServerLimits
 
 __all__ = ["serve_model"]
 
@@ -265,6 +267,7 @@ async def serve_model(
     user_code: ServingUserCode = "auto",
     backend: BackendName = "trio",
     settings: GrpcSettings = DEFAULT_SETTINGS,
+    limits: ServerLimits = DEFAULT_LIMITS,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve a model over rlmesh-wire-v1 until cancelled (or shut down remotely).
@@ -281,7 +284,7 @@ async def serve_model(
             :func:`~trio_rlmesh.model.as_handler`; its code runs in a worker thread), or
             a :class:`~trio_rlmesh.model.ModelHandler`.
         address: bind address; port 0 picks a free port.
-        token: require this exact ``authorization`` header on every call (not empty).
+        token: require this exact ``authorization`` header on every call (not blank).
         name: how errors name the model.
         allow_remote_shutdown: accept the Shutdown RPC.
         max_concurrency: requests in flight per Join stream.
@@ -294,6 +297,9 @@ async def serve_model(
             Ignored for a :class:`~trio_rlmesh.model.ModelHandler`, which runs as it is.
         backend: ``"trio"`` (default) or ``"grpclib"``.
         settings: message size limit, keepalive and flow-control windows.
+        limits: what one client connection may do (connections, calls, header size,
+            handshake and idle timeouts, frame budgets); see
+            :class:`~trio_rlmesh.transports.grpc.ServerLimits`.
 
     Example::
 
@@ -301,8 +307,8 @@ async def serve_model(
             address = await nursery.start(serve_model, MyModel())
     """
     check_backend(backend)
-    if token is not None and not token:
-        raise ValueError("token must not be empty (pass None to serve without one)")
+    token = check_token(token)
+    check_timeout("drain_timeout", drain_timeout)
     host = ModelHost.open(model, name=name, user_code=user_code)
     handler = host.handler
     core = ServerCore(
@@ -324,6 +330,7 @@ async def serve_model(
             address=address,
             backend=backend,
             settings=settings,
+            limits=limits,
             drain_timeout=drain_timeout,
             task_status=task_status,
         )

@@ -32,12 +32,13 @@ import attrs
 import trio
 
 from ...protocol import core_v1
-from ._backend import Handler, ServerCall, get_backend
+from ._backend import Handler, ServerCall
 from ._codec import decode, encode
 from ._errors import could_not_listen
 from ._handshake import AUTHORIZATION_HEADER
 from ._health import HEALTH_HANDLERS
-from ._settings import GrpcSettings
+from ._registry import get_backend
+from ._settings import GrpcSettings, ServerLimits
 from ._status import GrpcError, Status
 
 __all__ = ["JoinSession", "ServerCore", "run_server"]
@@ -163,6 +164,7 @@ async def run_server(
     address: str,
     backend: str,
     settings: GrpcSettings,
+    limits: ServerLimits,
     drain_timeout: float | None,
     idle_timeout: float | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
@@ -172,7 +174,7 @@ async def run_server(
     async with contextlib.AsyncExitStack() as stack:
         try:
             server = await stack.enter_async_context(
-                get_backend(backend).open_server(address, all_handlers, settings)
+                get_backend(backend).open_server(address, all_handlers, settings, limits)
             )
         except OSError as exc:
             raise could_not_listen(exc, core.component, address) from exc

@@ -3,25 +3,37 @@
 No other event loop and no helper thread: a call's bytes go from the caller's task to the
 socket, and replies come back through the connection's one reader task. TCP sockets get
 ``TCP_NODELAY`` (trio sets it on every TCP stream it makes).
+
+The server's own accept loop (not ``trio.serve_listeners``, which logs a traceback every
+0.1 s while descriptors run out) applies :class:`~._settings.ServerLimits`. Past
+``max_connections``, the connection that has had no call for longest is closed to make
+room, and with none idle the new connection is closed at once. When ``accept`` fails for
+want of descriptors, up to ``DESCRIPTOR_RELIEF`` idle connections are closed (longest
+idle first) and ``accept`` is tried again 10 ms later; with none idle, it backs off
+(doubling to 1 s). Each of these is logged once per 10 s at most. A connection's calls
+are bounded by its ``max_concurrent_streams`` handlers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket as stdlib_socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Final
 
 import attrs
+import h2.errors
 import trio
 
 from ..._nursery import background_nursery, shielded_nursery
 from ._address import Address, parse_address, parse_bind_address
 from ._backend import BackendName, Handler, handler_outcome, unary_call
+from ._guard import admit, out_of_descriptors
 from ._h2 import H2Connection, H2Stream
 from ._memory import connect_memory, listen_memory
-from ._settings import GrpcSettings
+from ._settings import DEFAULT_LIMITS, GrpcSettings, ServerLimits
 from ._status import ConnectionLost, GrpcError, Status, format_grpc_timeout, parse_grpc_timeout
 
 __all__ = ["TRIO_BACKEND", "TrioBackend", "TrioChannel", "TrioServer"]
@@ -30,6 +42,10 @@ SHUTDOWN_MESSAGE: Final = "the server is shutting down"
 CLOSE_GRACE: Final = 1.0
 """Seconds a stopping server gives each connection to take its last frames (GOAWAY)."""
 _SKIPPED_METADATA: Final = frozenset({"te", "content-type", "grpc-timeout", "user-agent"})
+OUT_OF_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+"""What ``accept`` fails with when the process or the system is out of descriptors or memory."""
+ACCEPT_BACKOFF: Final = (0.01, 1.0)
+"""Seconds between ``accept`` retries while out of descriptors: first, and at most."""
 
 
 async def connect(address: Address) -> trio.abc.Stream:
@@ -217,12 +233,15 @@ class TrioServer:
         address: str,
         handlers: Mapping[str, Handler],
         settings: GrpcSettings,
+        limits: ServerLimits = DEFAULT_LIMITS,
     ) -> None:
         self.address = address
         self.settings = settings
+        self.limits = limits
         self._listeners = listeners
         self._handlers = dict(handlers)
-        self._connections: set[H2Connection] = set()
+        self._connections: dict[H2Connection, None] = {}
+        """The connections open, oldest first."""
         self._accepting = trio.CancelScope()
         self._calls = 0
 
@@ -236,27 +255,73 @@ class TrioServer:
     async def accept_loop(self, connections: trio.Nursery) -> None:
         """Accept until :meth:`stop_accepting`; connections live on in ``connections``."""
         with self._accepting:
-            await trio.serve_listeners(
-                self._serve_connection, self._listeners, handler_nursery=connections
-            )
+            async with trio.open_nursery() as nursery:
+                for listener in self._listeners:
+                    nursery.start_soon(self._accept, listener, connections)
 
-    async def _serve_connection(self, transport: trio.abc.Stream) -> None:
+    async def _accept(
+        self, listener: trio.abc.Listener[trio.abc.Stream], connections: trio.Nursery
+    ) -> None:
+        first, most = ACCEPT_BACKOFF
+        backoff = first
+        limit = self.limits.max_connections
+        while True:
+            try:
+                transport = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in OUT_OF_DESCRIPTORS:
+                    raise
+                closed = out_of_descriptors(self._connections, str(exc), backoff)
+                await trio.sleep(backoff)
+                backoff = first if closed else min(most, backoff * 2)
+                continue
+            backoff = first
+            if not admit(self._connections, limit, _peer_label(transport)):
+                await trio.aclose_forcefully(transport)
+                continue
+            connections.start_soon(self._serve_connection, self._new_connection(transport))
+
+    def _new_connection(self, transport: trio.abc.Stream) -> H2Connection:
+        """A new connection, counted at once (before its task runs)."""
         label = _peer_label(transport)
         conn: H2Connection
+        most = self.limits.max_concurrent_streams
 
         def on_request(stream: H2Stream) -> None:
+            if conn.handlers >= most:
+                # Calls whose handler is still finishing count too: resetting calls as
+                # fast as they open must not queue handlers without bound.
+                conn.reset(stream, h2.errors.ErrorCodes.REFUSED_STREAM)
+                return
+            conn.handler_started()
             conn.nursery.start_soon(self._serve_call, stream, label)
 
         conn = H2Connection(
-            transport, client=False, settings=self.settings, on_request=on_request, label=label
+            transport,
+            client=False,
+            settings=self.settings,
+            on_request=on_request,
+            label=label,
+            limits=self.limits,
         )
-        self._connections.add(conn)
+        self._connections[conn] = None
+        return conn
+
+    async def _serve_connection(self, conn: H2Connection) -> None:
         try:
             await conn.run()
         finally:
-            self._connections.discard(conn)
+            self._connections.pop(conn, None)
 
     async def _serve_call(self, stream: H2Stream, peer: str) -> None:
+        try:
+            with trio.CancelScope() as stream.scope:
+                await self._answer(stream, peer)
+        finally:
+            stream.scope = None
+            stream.connection.handler_ended()
+
+    async def _answer(self, stream: H2Stream, peer: str) -> None:
         headers = stream.headers or {}
         path = headers.get(":path", "")
         call = TrioServerCall(stream, path, _metadata(headers), peer)
@@ -353,11 +418,15 @@ class TrioBackend:
 
     @contextlib.asynccontextmanager
     async def open_server(
-        self, address: str, handlers: Mapping[str, Handler], settings: GrpcSettings
+        self,
+        address: str,
+        handlers: Mapping[str, Handler],
+        settings: GrpcSettings,
+        limits: ServerLimits = DEFAULT_LIMITS,
     ) -> AsyncIterator[TrioServer]:
         """Serve ``handlers`` on ``address`` for the duration of the block."""
         listeners, bound = await _listen(parse_bind_address(address))
-        server = TrioServer(listeners, bound, handlers, settings)
+        server = TrioServer(listeners, bound, handlers, settings, limits)
         # Connections (and the calls on them) live in a shielded nursery: a stop arrives as
         # a cancellation of this block, and the calls must outlive it until shutdown() has
         # drained them and given each its status.

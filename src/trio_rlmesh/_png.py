@@ -1,21 +1,25 @@
-"""Decode the PNG frames env servers send in ``RenderResponse.frame`` into numpy arrays.
+"""Decode 8-bit PNG images into numpy arrays, without a dependency.
 
-Both RLMesh's servers and ours send 8-bit, non-interlaced PNGs of colour type 0 (gray), 2
-(RGB) or 6 (RGBA) (spec §6.5); RLMesh's encoder filters rows adaptively, so all five filter
-types occur. Rows filtered with None, Sub or Up are undone with numpy; Average and Paeth
-depend on the byte to their left, so they run byte by byte (a few hundred milliseconds for
-a 600×400 RGB frame in the worst case; render is not on the step path).
+Two layers use it: :mod:`trio_rlmesh.gym` for the frames env servers send in
+``RenderResponse.frame``, and :mod:`trio_rlmesh.adapters` for encoded camera observations
+when Pillow is not installed. Both RLMesh's servers and ours send 8-bit, non-interlaced PNGs
+of colour type 0 (gray), 2 (RGB) or 6 (RGBA) (spec §6.5); RLMesh's encoder filters rows
+adaptively, so all five filter types occur. Rows filtered with None, Sub or Up are undone
+with numpy; Average and Paeth depend on the byte to their left, so they run byte by byte (a
+few hundred milliseconds for a 600×400 RGB frame in the worst case; render is not on the
+step path, and the adapters prefer Pillow when it is there).
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from .._errors import Error
+from ._errors import Error
 
 __all__ = ["PngError", "decode_png"]
 
@@ -77,8 +81,13 @@ def _paeth(row: bytearray, prior: bytes, bpp: int) -> None:
         row[i] = (row[i] + predictor) & 0xFF
 
 
-def decode_png(data: bytes) -> npt.NDArray[np.uint8]:
+def decode_png(data: bytes, *, sixteen_bit: bool = False) -> npt.NDArray[Any]:
     """The image in ``data`` as a uint8 array: (H, W) gray, else (H, W, channels).
+
+    Args:
+        data: The PNG file's bytes.
+        sixteen_bit: Also read 16-bit samples, returned as uint16 (the adapters' encoded
+            observations may be 16-bit; render frames never are).
 
     Raises:
         PngError: not a PNG, or one using a bit depth, palette or interlacing that env
@@ -96,12 +105,15 @@ def decode_png(data: bytes) -> npt.NDArray[np.uint8]:
     header, compressed = _chunks(bytes(data))
     width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", header)
     channels = _CHANNELS.get(colour)
-    if depth != 8 or channels is None or interlace != 0:
+    depths = (8, 16) if sixteen_bit else (8,)
+    if depth not in depths or channels is None or interlace != 0:
         raise PngError(
             f"unsupported PNG: bit depth {depth}, colour type {colour}, interlace {interlace} "
             "(env servers send 8-bit gray, RGB or RGBA, not interlaced)"
         )
-    stride = width * channels
+    # The filters work on bytes, each against the same byte of the pixel to its left.
+    bpp = channels * depth // 8
+    stride = width * bpp
     try:
         raw = zlib.decompress(compressed)
     except zlib.error as exc:
@@ -118,16 +130,20 @@ def decode_png(data: bytes) -> npt.NDArray[np.uint8]:
             image[y] = line
         elif kind == 1:
             # Sub: a running sum per channel; uint8 arithmetic wraps modulo 256 as PNG does.
-            image[y] = np.cumsum(line.reshape(width, channels), axis=0, dtype=np.uint8).ravel()
+            image[y] = np.cumsum(line.reshape(width, bpp), axis=0, dtype=np.uint8).ravel()
         elif kind == 2:
             image[y] = line + prior
         elif kind in (3, 4):
             row = bytearray(line.tobytes())
-            (_average if kind == 3 else _paeth)(row, prior.tobytes(), channels)
+            (_average if kind == 3 else _paeth)(row, prior.tobytes(), bpp)
             image[y] = np.frombuffer(row, np.uint8)
         else:
             raise PngError(f"row {y} has unknown filter type {kind}")
         prior = image[y]
+    samples: npt.NDArray[Any] = image
+    if depth == 16:
+        samples = image.reshape(height, width * channels, 2).astype(np.uint16)
+        samples = (samples[..., 0] << 8) | samples[..., 1]
     if channels == 1:
-        return image.reshape(height, width)
-    return image.reshape(height, width, channels)
+        return samples.reshape(height, width)
+    return samples.reshape(height, width, channels)
