@@ -34,10 +34,13 @@ class Alternate(Model):
         return np.int64(int(observation[0]) % 2)
 
 
-def driver_for(env: FakeEnv, **spec_fields) -> RuntimeDriver:
-    """Wire the model to the fake env exactly as run_local would, minus the network."""
-    model = ModelHandlerRuntimeModel(Alternate(), env.contract, user_code="inline")
-    return RuntimeDriver(env.session_spec(**spec_fields), env, model)
+async def driver_for(env: FakeEnv, **spec_fields) -> RuntimeDriver:
+    """Wire the model to the fake env exactly as run_local would, minus the network: the
+    model's route is resolved before driving (a model predicts only on a resolved route)."""
+    spec = env.session_spec(**spec_fields)
+    model = ModelHandlerRuntimeModel(Alternate(), user_code="inline")
+    await model.resolve(spec.resolve_request())
+    return RuntimeDriver(spec, env, model)
 
 
 @pytest.mark.trio
@@ -45,7 +48,8 @@ async def test_completes_the_requested_episodes(autojump_clock):
     env = FakeEnv(episode_length=5, delays={"env.step": 0.1})
     start = trio.current_time()
 
-    report = await driver_for(env, max_episodes=3, episode_seeds=(7, 8, 9)).run()
+    driver = await driver_for(env, max_episodes=3, episode_seeds=(7, 8, 9))
+    report = await driver.run()
 
     assert report.status == "completed"
     assert [(e.seed, e.steps, e.reward) for e in report.episodes] == [
@@ -62,7 +66,7 @@ async def test_completes_the_requested_episodes(autojump_clock):
 async def test_the_env_receives_the_models_actions(autojump_clock):
     env = FakeEnv(episode_length=4)
 
-    await driver_for(env, max_episodes=1).run()
+    await (await driver_for(env, max_episodes=1)).run()
 
     # (lanes, actions) per step, decoded by the fake.
     assert env.actions == [((0,), (0,)), ((0,), (1,)), ((0,), (0,)), ((0,), (1,))]
@@ -73,7 +77,7 @@ async def test_a_failed_run_keeps_the_finished_episodes(autojump_clock):
     env = FakeEnv(episode_length=5, faults=[Fault("env.step", at=7)])
 
     with pytest.raises(EnvError) as caught:
-        await driver_for(env, max_episodes=3).run()
+        await (await driver_for(env, max_episodes=3)).run()
 
     assert caught.value.operation == "env.step"
     assert caught.value.report.status == "failed"
@@ -87,7 +91,7 @@ async def test_a_hung_env_times_out_on_schedule(autojump_clock):
     start = trio.current_time()
 
     with pytest.raises(OperationTimeout):
-        await driver_for(env, max_episodes=1, limits=limits).run()
+        await (await driver_for(env, max_episodes=1, limits=limits)).run()
 
     assert trio.current_time() - start == pytest.approx(30.0)
 
@@ -95,7 +99,7 @@ async def test_a_hung_env_times_out_on_schedule(autojump_clock):
 @pytest.mark.trio
 async def test_cancel_returns_a_cancelled_report(autojump_clock):
     env = FakeEnv(episode_length=5, delays={"env.step": 1.0})
-    driver = driver_for(env, max_episodes=100)
+    driver = await driver_for(env, max_episodes=100)
 
     async with trio.open_nursery() as nursery:
 
@@ -113,5 +117,5 @@ async def test_cancel_returns_a_cancelled_report(autojump_clock):
 
 @pytest.mark.trio
 async def test_the_model_passes_the_runtime_conformance_check():
-    contract = FakeEnv().contract
-    await check_runtime_model(ModelHandlerRuntimeModel(Alternate(), contract), contract)
+    # The check resolves the model's route first, as a run does.
+    await check_runtime_model(ModelHandlerRuntimeModel(Alternate()), FakeEnv().contract)

@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("adapters", ("trio_rlmesh.adapters",)),
     ("runtime", ("trio_rlmesh.runtime",)),
     ("model", ("trio_rlmesh.model",)),
-    ("env host", ("trio_rlmesh.transports",)),
+    ("env and model hosts", ("trio_rlmesh.transports",)),
     ("in-process transport", ("trio_rlmesh.transports.inprocess",)),
     ("gRPC transport", ("trio_rlmesh.transports.grpc",)),
     ("remote Gymnasium envs", ("trio_rlmesh.gym",)),

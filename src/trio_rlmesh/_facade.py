@@ -461,10 +461,9 @@ async def _prepare(
     render: bool = False,
 ) -> RuntimeDriver:
     """Resolve the route and build the session spec and its driver (not yet run)."""
-    from .model._internal import route_request
     from .protocol._internal import MAX_MESSAGE_SIZE
     from .runtime import PeerCeiling, RuntimeDriver, RuntimeLimits, RuntimeSessionSpec
-    from .runtime._internal import mint_uuid7
+    from .runtime._internal import mint_uuid7, route_request
 
     contract = env.contract
     num_envs = max(1, int(contract.num_envs))

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import subprocess
@@ -22,10 +23,10 @@ import numpy as np
 import pytest
 import trio
 
-from trio_rlmesh import RunLocalOptions, TransportError, run_remote
-from trio_rlmesh.model._wire import route_request
+from trio_rlmesh import ModelError, RunLocalOptions, TransportError, run_remote
 from trio_rlmesh.protocol import core_v1, meta_to_python, model_v1, spaces_v1
 from trio_rlmesh.protocol._spacespec import space_to_spec
+from trio_rlmesh.runtime._internal import route_request
 from trio_rlmesh.spaces import decode_batch, encode_lanes, from_gymnasium
 from trio_rlmesh.transports.grpc import (
     BackendName,
@@ -204,3 +205,97 @@ async def test_our_client_on_rlmesh_served_model_matches_direct_calls(
 
 def obs_space_sample(rng: np.random.Generator) -> np.ndarray[Any, Any]:
     return rng.uniform(-0.3, 0.3, size=4).astype(np.float32)
+
+
+@asynccontextmanager
+async def our_model_server(model: object) -> AsyncIterator[str]:
+    async with trio.open_nursery() as nursery:
+        yield await nursery.start(functools.partial(serve_model, model, "127.0.0.1:0"))
+        nursery.cancel_scope.cancel()
+
+
+MODEL_SERVERS: dict[str, Callable[[], AbstractAsyncContextManager[str]]] = {
+    "rlmesh": lambda: rlmesh_model_server("tests.interop.models:RlmeshPlain"),
+    "ours": lambda: our_model_server(models.OursPlain()),
+}
+
+
+@pytest.mark.parametrize("server", sorted(MODEL_SERVERS))
+async def test_a_model_server_refuses_what_rlmeshs_refuses(server: str) -> None:
+    """The model host's rules, against RLMesh's served path: a predict on a route that was
+    never resolved, or was released, and an episode end or release that names no env, are
+    refused alike. History rows on a route that did not negotiate them are refused by ours
+    only: RLMesh's server answers them for a model without an adapter (its spec'd path
+    refuses them in the words ours uses; see docs/differences.md)."""
+    env = gym.make("CartPole-v1")
+    obs_space = from_gymnasium(env.observation_space)
+    spec = core_v1.EnvSpec(
+        id="CartPole-v1",
+        observation_space=space_to_spec(obs_space),
+        action_space=space_to_spec(from_gymnasium(env.action_space)),
+    )
+    env_id = "01a22c08-0000-7000-8000-000000000002"
+    leaves = encode_lanes(obs_space, [np.zeros(4, np.float32)])
+
+    def request(number: int, history: bool = False) -> model_v1.PredictRequest:
+        sent = model_v1.PredictRequest(
+            context=model_v1.AdapterContext(
+                session_id="interop", env_id=env_id, request_id=f"{env_id}:predict:{number}"
+            ),
+            observation=spaces_v1.SpaceValue(leaves=leaves),
+            episode_info=[model_v1.EpisodeInfo(episode_id="ep-1")],
+        )
+        if history:
+            sent.step = 2
+            sent.history = [
+                model_v1.ObservationHistoryFrame(
+                    observation=spaces_v1.SpaceValue(leaves=leaves),
+                    episode=model_v1.EpisodeInfo(episode_id="ep-1"),
+                    step=1,
+                )
+            ]
+        return sent
+
+    async def refused(call: Any) -> ModelError:
+        with pytest.raises(ModelError) as caught:
+            await call
+        return caught.value
+
+    with trio.fail_after(120):
+        async with (
+            MODEL_SERVERS[server]() as address,
+            open_model_client(address) as client,
+        ):
+            remote = ModelClientRuntimeModel(client)
+            unresolved = await refused(remote.predict(request(1)))
+            await remote.resolve(route_request(env_id, spec, session_id="interop"))
+            assert not remote.wants_history
+            await remote.predict(request(2))
+            if server == "ours":
+                unasked = await refused(remote.predict(request(3, history=True)))
+                assert (
+                    "this route did not negotiate history (ResolveAdapterResponse.history was "
+                    "unset)" in unasked.message
+                )
+                assert (unasked.code, unasked.recoverable) == ("INTERNAL", False)
+            else:
+                await remote.predict(request(3, history=True))
+            no_env = [
+                await refused(remote.reset_adapter(model_v1.ResetAdapterRequest())),
+                await refused(remote.release_adapter(model_v1.ReleaseAdapterRequest(), 10)),
+            ]
+            release = model_v1.ReleaseAdapterRequest(
+                context=model_v1.AdapterContext(
+                    session_id="interop", env_id=env_id, request_id=f"{env_id}:release_adapter"
+                )
+            )
+            await remote.release_adapter(release, 10)
+            released = await refused(remote.predict(request(4)))
+    for error in (unresolved, released):
+        assert "model env adapter was not resolved" in error.message
+        assert (error.code, error.recoverable) == ("INTERNAL", False)
+    reset_error, release_error = no_env
+    assert "reset_adapter missing env_id" in reset_error.message
+    assert "release_adapter missing env_id" in release_error.message
+    for error in no_env:
+        assert (error.code, error.recoverable) == ("INVALID_REQUEST", False)

@@ -67,6 +67,24 @@ def predict_request(
     )
 
 
+BROKEN = ("request_id", "episodes", "observation")
+"""What :func:`broken_request` can break."""
+
+
+def broken_request(env_id: str, broken: str) -> model_v1.PredictRequest:
+    """A one-lane predict request for ``env_id`` with one part broken (see :data:`BROKEN`):
+    an empty request id, no episode, or an observation that does not decode."""
+    request = predict_request(env_id, [1.0])
+    if broken == "request_id":
+        assert request.context is not None
+        request.context.request_id = ""
+    elif broken == "episodes":
+        request.episode_info = []
+    else:
+        request.observation = spaces_v1.SpaceValue(leaves=[b"\x00"])
+    return request
+
+
 def route_spec(route: RouteContract) -> Any:
     """The wire ``EnvSpec`` of ``route`` (what a runtime sends in ResolveAdapter)."""
     from trio_rlmesh.protocol import core_v1, space_to_spec
@@ -82,7 +100,7 @@ def resolve_request(
     route: RouteContract, env_id: str, *, horizon: int = 1, delivers_history: bool = True
 ) -> Any:
     """The ResolveAdapter request for ``route`` under ``env_id``."""
-    from trio_rlmesh.model._wire import route_request
+    from trio_rlmesh.runtime._internal import route_request
 
     return route_request(
         env_id, route_spec(route), execution_horizon=horizon, delivers_history=delivers_history

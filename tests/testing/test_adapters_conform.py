@@ -24,7 +24,6 @@ import trio
 
 from tests.interop import envs as fixture_envs
 from trio_rlmesh.model import Model
-from trio_rlmesh.model._wire import route_request
 from trio_rlmesh.protocol import core_v1
 from trio_rlmesh.runtime import RuntimeEnv, RuntimeModel
 from trio_rlmesh.testing import check_runtime_env, check_runtime_model
@@ -94,26 +93,17 @@ async def served_env(
 
 
 @asynccontextmanager
-async def inprocess_model(
-    model: Model, contract: core_v1.EnvContract
-) -> AsyncIterator[RuntimeModel]:
-    yield ModelHandlerRuntimeModel(model, contract)
+async def inprocess_model(model: Model) -> AsyncIterator[RuntimeModel]:
+    yield ModelHandlerRuntimeModel(model)
 
 
 @asynccontextmanager
-async def served_model(
-    model: Model, contract: core_v1.EnvContract, backend: BackendName
-) -> AsyncIterator[RuntimeModel]:
+async def served_model(model: Model, backend: BackendName) -> AsyncIterator[RuntimeModel]:
     with _where(backend, "conformance-model") as where:
         async with trio.open_nursery() as nursery:
             address = await nursery.start(serve_model, model, where)
             async with open_model_client(address, backend=backend) as client:
-                remote = ModelClientRuntimeModel(client)
-                # The check predicts for session "conformance", env "conformance-env".
-                await remote.resolve(
-                    route_request("conformance-env", contract.spec, session_id="conformance")
-                )
-                yield remote
+                yield ModelClientRuntimeModel(client)
             nursery.cancel_scope.cancel()
 
 
@@ -121,7 +111,7 @@ ENV_ADAPTERS: dict[str, Callable[[Any], Any]] = {
     "GymEnvRuntimeEnv": inprocess_env,
     **{f"EnvClientRuntimeEnv-{b}": functools.partial(served_env, backend=b) for b in BACKENDS},
 }
-MODEL_ADAPTERS: dict[str, Callable[[Model, core_v1.EnvContract], Any]] = {
+MODEL_ADAPTERS: dict[str, Callable[[Model], Any]] = {
     "ModelHandlerRuntimeModel": inprocess_model,
     **{
         f"ModelClientRuntimeModel-{b}": functools.partial(served_model, backend=b) for b in BACKENDS
@@ -147,5 +137,5 @@ async def test_model_adapter_passes_check_runtime_model(adapter: str, kind: str)
     contract = GymEnvRuntimeEnv(env).contract
     lanes = max(1, contract.num_envs)
     with trio.fail_after(GUARD):
-        async with MODEL_ADAPTERS[adapter](Sampler(_action_space(env)), contract) as model:
+        async with MODEL_ADAPTERS[adapter](Sampler(_action_space(env))) as model:
             await check_runtime_model(model, contract, lanes=lanes)

@@ -158,7 +158,7 @@ def _summary(report: RuntimeReport) -> list[tuple[Any, ...]]:
 
 async def _in_process(env: Any, options: RunLocalOptions) -> RuntimeReport:
     adapter = GymEnvRuntimeEnv(env)
-    model = ModelHandlerRuntimeModel(Policy(), adapter.contract)
+    model = ModelHandlerRuntimeModel(Policy())
     return await _run_session(adapter, model, contract=adapter.contract, options=options)
 
 
@@ -218,6 +218,6 @@ class OldCounter:
 async def test_an_old_env_with_an_integer_observation_runs() -> None:
     options = RunLocalOptions(None, max_episodes=2)  # _in_process hands the env over
     adapter = GymEnvRuntimeEnv(OldCounter())
-    model = ModelHandlerRuntimeModel(Zero(), adapter.contract)
+    model = ModelHandlerRuntimeModel(Zero())
     report = await _run_session(adapter, model, contract=adapter.contract, options=options)
     assert [(e.steps, e.terminated, e.truncated) for e in report.episodes] == [(2, True, False)] * 2

@@ -1,9 +1,10 @@
 """The seam between a serving path and whatever computes actions: :class:`ModelHandler`.
 
 Both the in-process adapter (:class:`~trio_rlmesh.transports.inprocess.ModelHandlerRuntimeModel`)
-and the gRPC model server talk to a model only through this Protocol, so a user who needs
-full control (a remote GPU pool, a custom batching policy) implements it directly, and
-everybody else gets one from :func:`~trio_rlmesh.model.as_handler`.
+and the gRPC model server talk to a model only through this Protocol (by way of the one model
+host both serve through), so a user who needs full control (a remote GPU pool, a custom
+batching policy) implements it directly, and everybody else gets one from
+:func:`~trio_rlmesh.model.as_handler`.
 
 Theory of operation:
 
@@ -14,7 +15,9 @@ Theory of operation:
 * Every predict arrives as a list of :class:`ModelObservation` groups (one per request)
   and is answered by one :meth:`ModelHandler.predict_grouped` call, results aligned 1:1.
   A failed group is returned as its :class:`~trio_rlmesh.Error` in place; it never sinks
-  the other groups.
+  the other groups, and it reaches the runtime as it is (name the env in it:
+  :attr:`ModelObservation.env_label`). An exception the call raises fails every group,
+  each as the model's error on that env.
 * Episodes end explicitly: ``reset_adapter(env_id, episode_ids)`` drops their state.
 """
 

@@ -12,8 +12,7 @@ from ._wire import (
     encode_frames,
     model_error_to_wire,
     observation_from_request,
-    resolve_route,
-    route_request,
+    predict_refused,
     wire_error_to_model,
 )
 
@@ -22,8 +21,7 @@ __all__ = [
     "env_label",
     "model_error_to_wire",
     "observation_from_request",
-    "resolve_route",
-    "route_request",
+    "predict_refused",
     "wire_error_to_model",
     "without_route_ids",
 ]

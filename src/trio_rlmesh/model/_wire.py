@@ -9,143 +9,41 @@ from typing import Any
 import attrs
 
 from .._errors import Error, ModelError
-from ..protocol import SUPPORTED_WORKFLOW_EDITIONS, WORKFLOW_EDITION, model_v1, spaces_v1
+from ..protocol import model_v1, spaces_v1
 from ..protocol._internal import CarriedValue, carried_batch
 from ..spaces import Space, decode_batch, decode_lanes, encode_lanes
 from ..spaces._internal import carry_lanes
 from ._handler import (
     EpisodeRef,
     HistoryRow,
-    ModelHandler,
     ModelObservation,
     PredictFrames,
-    ResolveOptions,
     RouteContract,
     env_label,
 )
 from ._tree import find_nan
 
 __all__ = [
-    "ResolvedRoute",
     "encode_frames",
     "model_error_to_wire",
     "observation_from_request",
-    "resolve_route",
-    "route_request",
+    "predict_refused",
     "wire_error_to_model",
 ]
 
 
-def _refused(message: str) -> ModelError:
+def predict_refused(model: str, problem: str, env: tuple[str, str] | None = None) -> ModelError:
+    """A predict request the model cannot serve, in the one wording every seat uses: it
+    names the model and, when known, the env (its route id and name; see
+    :func:`~trio_rlmesh.model._handler.env_label`). INTERNAL, not recoverable, as RLMesh's
+    model server answers a request it cannot validate."""
+    target = f"a predict request for {env_label(*env)}" if env else "a predict request"
     return ModelError(
-        message, recoverable=False, operation="model.resolve_adapter", code="INVALID_REQUEST"
+        f"model {model!r} refused {target}: {problem}",
+        recoverable=False,
+        operation="model.predict",
+        code="INTERNAL",
     )
-
-
-@attrs.frozen
-class ResolvedRoute:
-    """A route a handler accepted: the answer to send, and what predicts will need."""
-
-    response: model_v1.ResolveAdapterResponse
-    contract: RouteContract
-    history: bool
-    """Whether predicts on this route carry observation-history rows."""
-
-
-def route_request(
-    env_id: str,
-    env_spec: Any,
-    *,
-    session_id: str = "",
-    workflow_edition: str = WORKFLOW_EDITION,
-    execution_horizon: int = 1,
-    delivers_history: bool = True,
-) -> model_v1.ResolveAdapterRequest:
-    """The ResolveAdapter request a runtime sends before driving ``env_id`` (request id
-    ``<env_id>:resolve_adapter``, as the reference's runtime names it)."""
-    return model_v1.ResolveAdapterRequest(
-        context=model_v1.AdapterContext(
-            session_id=session_id, env_id=env_id, request_id=f"{env_id}:resolve_adapter"
-        ),
-        env_spec=env_spec,
-        selected_workflow_edition=workflow_edition,
-        execution_horizon=max(1, execution_horizon),
-        delivers_history=delivers_history,
-    )
-
-
-async def resolve_route(
-    handler: ModelHandler, request: model_v1.ResolveAdapterRequest, *, model: str
-) -> ResolvedRoute:
-    """Resolve one route on ``handler``: the one rule for a served and an in-process model.
-
-    Validates the request as the reference's model server does (context, env id, env spec,
-    the pinned workflow edition), builds the :class:`RouteContract`, asks the handler's
-    route setup (if any) with the execution horizon and the offer of history, and refuses a
-    model that needs history the runtime does not deliver.
-
-    Raises:
-        ModelError: the request is malformed (``INVALID_REQUEST``) or the model refused the
-            route (its own error, ``recoverable`` kept), each naming the model and env.
-    """
-    context = request.context
-    if context is None:
-        raise _refused("resolve_adapter missing context")
-    env_id = context.env_id
-    if not env_id:
-        raise _refused("resolve_adapter missing env_id")
-    if request.env_spec is None:
-        raise _refused("resolve_adapter missing env_spec")
-    pin = request.selected_workflow_edition.strip()
-    if pin and pin not in SUPPORTED_WORKFLOW_EDITIONS:
-        raise _refused(
-            f"selected workflow edition {pin} is not supported: this model endpoint does "
-            f"not implement it (supported: {', '.join(SUPPORTED_WORKFLOW_EDITIONS)})"
-        )
-    if not pin and len(SUPPORTED_WORKFLOW_EDITIONS) != 1:
-        raise _refused("resolve_adapter must pin a workflow edition")
-    try:
-        contract = RouteContract.from_env_spec(request.env_spec)
-    except Error as exc:
-        raise _refused(f"invalid env spec: {exc}") from exc
-    horizon = max(1, request.execution_horizon)
-    setup = handler.route_setup()
-    needs = None
-    if setup is not None:
-        try:
-            needs = await setup.resolve_adapter(
-                env_id, contract, ResolveOptions(horizon, request.delivers_history)
-            )
-        except Exception as exc:
-            recoverable = exc.recoverable if isinstance(exc, Error) else False
-            detail = exc.message if isinstance(exc, Error) else f"{type(exc).__name__}: {exc}"
-            error = ModelError(
-                f"model {model!r} refused the route for env {env_id!r}: {detail}",
-                recoverable=recoverable,
-                operation="model.resolve_adapter",
-                code=exc.code if isinstance(exc, Error) and exc.code else "INTERNAL",
-            )
-            raise error from exc
-    history = needs is not None and needs.history is not None
-    if history and not request.delivers_history:
-        raise ModelError(
-            f"model {model!r} needs observation history, but the runtime did not offer it "
-            f"(delivers_history) at execution_horizon={horizon}",
-            operation="model.resolve_adapter",
-            code="INTERNAL",
-        )
-    response = model_v1.ResolveAdapterResponse()
-    if needs is not None and needs.native_chunk is not None:
-        response.native_chunk = needs.native_chunk
-    if history:
-        assert needs is not None
-        assert needs.history is not None
-        response.history = model_v1.ObservationHistoryNeeds(keys=list(needs.history))
-    return ResolvedRoute(response, contract, history)
-
-
-def _invalid(message: str, *, env_id: str | None = None) -> ModelError:
-    return ModelError(message, recoverable=False, operation="model.predict", code="INTERNAL")
 
 
 def observation_from_request(
@@ -153,26 +51,28 @@ def observation_from_request(
 ) -> ModelObservation:
     """Validate and decode one PredictRequest against its route's contract.
 
+    The caller has found the route by the request's ``context.env_id`` (the model host
+    checks the context and the route first).
+
     Raises:
-        ModelError: a missing context, env_id or request_id; no, blank or repeated episode
-            ids; an absent or undecodable observation (code ``INTERNAL``, not recoverable).
+        ModelError: an empty request_id; no, blank or repeated episode ids; an absent or
+            undecodable observation (code ``INTERNAL``, not recoverable), naming the model
+            and the env.
     """
     context = request.context
-    if context is None:
-        raise _invalid("predict request has no context")
-    if not context.env_id:
-        raise _invalid("predict request context has an empty env_id")
+    assert context is not None
+    env = (context.env_id, contract.env_name)
     if not context.request_id:
-        raise _invalid(f"predict request for env {context.env_id!r} has an empty request_id")
+        raise predict_refused(model, "its request_id is empty", env)
     infos = request.episode_info
     if not infos:
-        raise _invalid(f"predict request for env {context.env_id!r} names no episode")
-    episodes = _episodes(infos, context.env_id)
+        raise predict_refused(model, "it names no episode", env)
+    episodes = _episodes(infos, model, env)
     space = contract.observation_space
     if space is None:
-        raise _invalid(f"env {context.env_id!r} has no observation space to decode with")
+        raise predict_refused(model, "the env has no observation space to decode it with", env)
     if request.observation is None:
-        raise _invalid(f"predict request for env {context.env_id!r}: observation absent")
+        raise predict_refused(model, "its observation is absent", env)
     n = len(episodes)
     try:
         batch = carried_batch(request.observation, space, n)
@@ -197,10 +97,7 @@ def observation_from_request(
             )
         )
     except Error as exc:
-        raise _invalid(
-            f"model {model!r} cannot decode the observation for "
-            f"{env_label(context.env_id, contract.env_name)}: {exc}"
-        ) from exc
+        raise predict_refused(model, f"its observation does not decode: {exc}", env) from exc
     return ModelObservation(
         observation=batch,
         env_id=context.env_id,
@@ -232,7 +129,9 @@ class _Last:
     episodes = _Episodes([], [], ())
 
 
-def _episodes(infos: Sequence[model_v1.EpisodeInfo], env_id: str) -> tuple[EpisodeRef, ...]:
+def _episodes(
+    infos: Sequence[model_v1.EpisodeInfo], model: str, env: tuple[str, str]
+) -> tuple[EpisodeRef, ...]:
     """A predict's validated lane episodes; the last request's when its rows are the same.
 
     A run's lanes keep their episodes for many steps, so most requests repeat the last.
@@ -243,23 +142,20 @@ def _episodes(infos: Sequence[model_v1.EpisodeInfo], env_id: str) -> tuple[Episo
     if ids == last.ids and seeds == last.seeds:
         return last.refs
     if not all(ids) or len(set(ids)) != len(ids):
-        _refuse_episode_ids(ids, env_id)
+        _refuse_episode_ids(ids, model, env)
     refs = tuple(map(EpisodeRef, ids, seeds))
     _Last.episodes = _Episodes(ids, seeds, refs)
     return refs
 
 
-def _refuse_episode_ids(ids: Sequence[str], env_id: str) -> None:
+def _refuse_episode_ids(ids: Sequence[str], model: str, env: tuple[str, str]) -> None:
     """Raise for the first lane with a blank or repeated episode id."""
     seen: set[str] = set()
     for lane, episode_id in enumerate(ids):
         if not episode_id:
-            raise _invalid(f"predict request lane {lane} for env {env_id!r} has no episode_id")
+            raise predict_refused(model, f"its lane {lane} has no episode_id", env)
         if episode_id in seen:
-            raise _invalid(
-                f"predict request for env {env_id!r} repeats episode id "
-                f"{episode_id!r} (lane {lane})"
-            )
+            raise predict_refused(model, f"it repeats episode id {episode_id!r} (lane {lane})", env)
         seen.add(episode_id)
 
 

@@ -18,7 +18,14 @@ from ._fleet import DEFAULT_FUSE_WAIT, Fleet
 from ._fleetrun import FleetRun
 from ._ids import mint_uuid7
 from ._pool import EpisodePool
-from ._spec import check_count, check_prefetch_lead, check_seconds_cap, check_timeout, seconds_cap
+from ._spec import (
+    check_count,
+    check_prefetch_lead,
+    check_seconds_cap,
+    check_timeout,
+    route_request,
+    seconds_cap,
+)
 from ._summary import (
     ANALYSIS_EXTRA,
     RESAMPLES,
@@ -72,6 +79,7 @@ __all__ = [
     "new_worker",
     "paired_order",
     "performance_profiles",
+    "route_request",
     "seconds_cap",
     "summarize",
 ]

@@ -26,6 +26,7 @@ from ..protocol import (
     SUPPORTED_WORKFLOW_EDITIONS,
     WORKFLOW_EDITION,
     core_v1,
+    model_v1,
     spaces_v1,
     value_to_python,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "check_prefetch_lead",
     "check_seconds_cap",
     "check_timeout",
+    "route_request",
     "seconds_cap",
 ]
 
@@ -150,6 +152,28 @@ class PeerCeiling:
     max_message_size: int = MAX_MESSAGE_SIZE
 
 
+def route_request(
+    env_id: str,
+    env_spec: core_v1.EnvSpec | None,
+    *,
+    session_id: str = "",
+    workflow_edition: str = WORKFLOW_EDITION,
+    execution_horizon: int = 1,
+    delivers_history: bool = True,
+) -> model_v1.ResolveAdapterRequest:
+    """The ResolveAdapter request a runtime sends before driving ``env_id`` (request id
+    ``<env_id>:resolve_adapter``, as the reference's runtime names it)."""
+    return model_v1.ResolveAdapterRequest(
+        context=model_v1.AdapterContext(
+            session_id=session_id, env_id=env_id, request_id=f"{env_id}:resolve_adapter"
+        ),
+        env_spec=env_spec,
+        selected_workflow_edition=workflow_edition,
+        execution_horizon=max(1, execution_horizon),
+        delivers_history=delivers_history,
+    )
+
+
 def _seed_tuple(seeds: Iterable[int]) -> tuple[int, ...]:
     return tuple(seeds)
 
@@ -244,6 +268,26 @@ class RuntimeSessionSpec:
         if self.max_episode_steps is not None:
             return self.max_episode_steps
         return DEFAULT_MAX_EPISODE_STEPS if self.driver_owns_resets else None
+
+    def resolve_request(self, *, execution_horizon: int = 1) -> model_v1.ResolveAdapterRequest:
+        """The request that resolves this session's route on the model
+        (:meth:`RuntimeModel.resolve <trio_rlmesh.runtime.RuntimeModel.resolve>`), which
+        must happen before the driver's first predict: a model predicts only on a resolved
+        route. ``run_local`` and ``run`` send it themselves; an embedding that builds its
+        own :class:`~trio_rlmesh.runtime.RuntimeDriver` sends it first.
+
+        >>> from trio_rlmesh.testing import FakeEnv
+        >>> request = FakeEnv().session_spec(env_id="env-1").resolve_request()
+        >>> request.context.request_id, request.execution_horizon
+        ('env-1:resolve_adapter', 1)
+        """
+        return route_request(
+            self.env_id,
+            self.env_contract.spec,
+            session_id=self.session_id,
+            workflow_edition=self.workflow_edition,
+            execution_horizon=execution_horizon,
+        )
 
     # -- validation ---------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from .._errors import Error
 from ..protocol import core_v1, env_v1, model_v1, spaces_v1
 from ..protocol._internal import DEFAULT_ENV_TIMEOUT_MS
 from ..runtime import EnvResetResult, EnvStepResult, ModelPrediction, RuntimeEnv, RuntimeModel
-from ..runtime._internal import mint_uuid7
+from ..runtime._internal import mint_uuid7, route_request
 from ._leaves import fixed_stride, leaf_count, zero_leaves
 
 __all__ = ["ConformanceError", "check_runtime_env", "check_runtime_model"]
@@ -180,10 +180,12 @@ async def check_runtime_model(
     lanes: int = 1,
     call_timeout: float = 10.0,
 ) -> None:
-    """Predict, group-predict, evict and release the way the driver does; raise on a deviation.
+    """Resolve, predict, group-predict, evict and release the way a run does (the route
+    resolves before the driver's first predict); raise on a deviation.
 
     Args:
-        model: the implementation under test (it is released at the end).
+        model: the implementation under test (its route ``conformance-env`` is resolved
+            first and released at the end).
         contract: the env contract the model serves.
         lanes: lanes per predict request.
         call_timeout: bound on each call, in seconds.
@@ -193,12 +195,19 @@ async def check_runtime_model(
     """
     _require(
         isinstance(model, RuntimeModel),
-        "not a RuntimeModel: wants_history, fuses_predicts, predict, predict_group, "
+        "not a RuntimeModel: wants_history, fuses_predicts, resolve, predict, predict_group, "
         "reset_adapter and release_adapter are required",
     )
     _require(isinstance(model.wants_history, bool), "wants_history must be a bool")
     _require(isinstance(model.fuses_predicts, bool), "fuses_predicts must be a bool")
     observation_space, action_space = _spaces(contract)
+    await _bounded(
+        "model.resolve",
+        call_timeout,
+        lambda: model.resolve(
+            route_request("conformance-env", contract.spec, session_id="conformance")
+        ),
+    )
     seq = 0
 
     def request(width: int) -> model_v1.PredictRequest:

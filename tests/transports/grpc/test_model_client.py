@@ -10,8 +10,8 @@ import trio
 
 from tests.model.helpers import predict_request
 from trio_rlmesh import ModelError, ProtocolError, TransportError
-from trio_rlmesh.model._wire import route_request
 from trio_rlmesh.protocol import WORKFLOW_EDITION, core_v1, model_v1
+from trio_rlmesh.runtime._internal import route_request
 from trio_rlmesh.transports.grpc import (
     BackendName,
     GrpcSettings,

@@ -19,10 +19,10 @@ import trio.testing
 from tests.model.helpers import OBS
 from trio_rlmesh import TransportError
 from trio_rlmesh.model import Model
-from trio_rlmesh.model._wire import route_request
 from trio_rlmesh.protocol import WORKFLOW_EDITION, core_v1, model_v1
 from trio_rlmesh.protocol._constants import CAP_CONCURRENT_PREDICT, CAP_OBSERVATION_HISTORY
 from trio_rlmesh.protocol._spacespec import space_to_spec
+from trio_rlmesh.runtime._internal import route_request
 from trio_rlmesh.spaces import Box, decode_batch
 from trio_rlmesh.transports.grpc import (
     BackendName,
@@ -176,76 +176,35 @@ async def test_resolve_errors_are_in_band(backend: BackendName, address: Where) 
             assert first.code == model_v1.ModelErrorCode.INVALID_REQUEST
 
 
-async def test_predict_before_resolve_and_model_errors(
+async def test_an_error_response_carries_the_phase_fields(
     backend: BackendName, address: Where
 ) -> None:
+    # What the model answers and refuses is the model host's, tested in every seat in
+    # tests/transports/test_model_host.py; here, only how an error goes on the wire.
     with within(20):
         async with (
             serving(serve_model, Raises(), address("model"), backend=backend) as served,
             open_raw_client(served.address) as raw,
             model_join(raw) as join,
         ):
+            await join.call(resolve("e"))
+            failed = await join.call(predict("e", [1.0], request_id="e:p:1"))
+            assert failed.request_id == "e:p:1"
+            assert failed.error is not None
+            assert failed.error.message.startswith("model error: model 'Raises' failed on ")
+            assert "ValueError: deliberate failure" in failed.error.message
+            assert failed.error.code == model_v1.ModelErrorCode.INTERNAL
+            assert not failed.error.is_recoverable
+            assert failed.decode_ns is not None
+            assert failed.user_ns
+            assert failed.encode_ns is not None
+            assert failed.endpoint_total_ns
+            assert failed.in_flight == 1
             early = await join.call(predict("nowhere", [1.0]))
             assert early.error is not None
-            assert "was not resolved" in early.error.message
-            assert early.error.code == model_v1.ModelErrorCode.INTERNAL
-            assert not early.error.is_recoverable
-            await join.call(resolve("e"))
-            failed = await join.call(predict("e", [1.0]))
-            assert failed.error is not None
-            assert "ValueError: deliberate failure" in failed.error.message
-            assert "on env 'Toy-v0' (route e) lane 0" in failed.error.message
-            assert failed.decode_ns is not None  # errors carry the phase fields too
-
-
-async def test_grouped_predict_isolates_failures(backend: BackendName, address: Where) -> None:
-    with within(20):
-        async with (
-            serving(serve_model, Echo(), address("model"), backend=backend) as served,
-            open_raw_client(served.address) as raw,
-            model_join(raw) as join,
-        ):
-            await join.call(resolve("box"))
-            groups = [predict("box", [3.0]).predict, predict("unresolved", [4.0]).predict]
-            reply = await join.call(
-                model_v1.JoinRequest(
-                    request_id="g",
-                    grouped_predict=model_v1.GroupedPredictRequest(groups=groups),  # type: ignore[arg-type]
-                )
-            )
-            assert reply.grouped_predict is not None
-            good, bad = reply.grouped_predict.results
-            assert good.response is not None
-            assert good.response.context is not None
-            assert good.response.context.env_id == "box"
-            assert bad.error is not None
-            assert "was not resolved" in bad.error.message
-
-
-async def test_grouped_predict_carries_chunk_replay_frames(
-    backend: BackendName, address: Where
-) -> None:
-    with within(20):
-        async with (
-            serving(serve_model, Chunky(), address("model"), backend=backend) as served,
-            open_raw_client(served.address) as raw,
-            model_join(raw) as join,
-        ):
-            await join.call(resolve("chunked", h=3))
-            await join.call(resolve("plain", h=1))
-            groups = [predict("chunked", [1.0]).predict, predict("plain", [1.0]).predict]
-            reply = await join.call(
-                model_v1.JoinRequest(
-                    request_id="g",
-                    grouped_predict=model_v1.GroupedPredictRequest(groups=groups),  # type: ignore[arg-type]
-                )
-            )
-            assert reply.grouped_predict is not None
-            chunked, plain = reply.grouped_predict.results
-            assert chunked.response is not None
-            assert plain.response is not None
-            assert len(chunked.response.actions) == 3
-            assert len(plain.response.actions) == 1
+            assert "model env adapter was not resolved" in early.error.message
+            assert early.decode_ns is not None
+            assert not early.user_ns  # the model was not called
 
 
 async def test_pipelined_predicts_keep_per_env_order_and_other_envs_overtake(

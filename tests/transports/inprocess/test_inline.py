@@ -9,9 +9,16 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from tests.model.helpers import BOX_ROUTE, DISCRETE_ROUTE, predict_request
+from tests.model.helpers import (
+    BOX_ROUTE,
+    BROKEN,
+    DISCRETE_ROUTE,
+    broken_request,
+    predict_request,
+    resolve_request,
+)
 from trio_rlmesh import EnvError, ModelError
-from trio_rlmesh.model import Model, as_handler
+from trio_rlmesh.model import Model, RouteContract, as_handler
 from trio_rlmesh.protocol import env_v1, spaces_v1
 from trio_rlmesh.runtime._interfaces import EnvResetResult, EnvStepResult
 from trio_rlmesh.spaces import encode_batch
@@ -102,6 +109,16 @@ async def test_env_inline_declines_in_thread_mode_when_closed_or_replaced() -> N
     assert patched.reset_inline(env_v1.ResetRequest(episode_ids=["ep"])) is None
 
 
+async def resolved(
+    model: object, route: RouteContract = BOX_ROUTE, *env_ids: str, **options: Any
+) -> ModelHandlerRuntimeModel:
+    """The model in process, with a route resolved for each env id (``"e"`` by default)."""
+    seat = ModelHandlerRuntimeModel(model, **options)
+    for env_id in env_ids or ("e",):
+        await seat.resolve(resolve_request(route, env_id))
+    return seat
+
+
 class Halve(Model):
     def predict(self, observation: Any) -> Any:
         return np.clip(observation / 10, -1, 1)
@@ -118,7 +135,7 @@ class Picks(Model):
 
 
 async def test_model_inline_predict_matches_predict() -> None:
-    model = ModelHandlerRuntimeModel(Halve(), BOX_ROUTE, user_code="inline")
+    model = await resolved(Halve(), BOX_ROUTE, "env-1", user_code="inline")
     request = predict_request("env-1", [4.0])
     inline = model.predict_inline(request)
     assert inline is not None
@@ -135,7 +152,7 @@ async def test_model_inline_predict_matches_predict() -> None:
     ids=["domain", "dtype", "text", "shape", "raise"],
 )
 async def test_model_inline_errors_match_predict(action: Any) -> None:
-    model = ModelHandlerRuntimeModel(Picks(action), DISCRETE_ROUTE, user_code="inline")
+    model = await resolved(Picks(action), DISCRETE_ROUTE, "env-7", user_code="inline")
     request = predict_request("env-7", [1.0])
     with pytest.raises(ModelError) as awaited:
         await model.predict(request)
@@ -145,17 +162,10 @@ async def test_model_inline_errors_match_predict(action: Any) -> None:
     assert (inline.value.lane, inline.value.recoverable) == (0, False)
 
 
-@pytest.mark.parametrize("broken", ["request_id", "episodes", "observation"])
+@pytest.mark.parametrize("broken", BROKEN)
 async def test_model_inline_refuses_a_bad_request_as_predict_does(broken: str) -> None:
-    model = ModelHandlerRuntimeModel(Halve(), BOX_ROUTE, user_code="inline")
-    request = predict_request("env-3", [1.0])
-    if broken == "request_id":
-        assert request.context is not None
-        request.context.request_id = ""
-    elif broken == "episodes":
-        request.episode_info = []
-    else:
-        request.observation = spaces_v1.SpaceValue(leaves=[b"\x00"])
+    model = await resolved(Halve(), BOX_ROUTE, "env-3", user_code="inline")
+    request = broken_request("env-3", broken)
     with pytest.raises(ModelError) as awaited:
         await model.predict(request)
     with pytest.raises(ModelError) as inline:
@@ -168,18 +178,18 @@ async def test_model_inline_refuses_a_bad_request_as_predict_does(broken: str) -
 async def test_model_inline_declines_when_it_cannot_answer_synchronously() -> None:
     request = predict_request("e", [1.0])
     # The default mode ("auto") starts the model on its worker thread: not synchronously.
-    assert ModelHandlerRuntimeModel(Halve(), BOX_ROUTE).predict_inline(request) is None
-    threaded = ModelHandlerRuntimeModel(as_handler(Halve(), user_code="thread"), BOX_ROUTE)
+    assert (await resolved(Halve())).predict_inline(request) is None
+    threaded = await resolved(as_handler(Halve(), user_code="thread"))
     assert threaded.predict_inline(request) is None
-    legacy = ModelHandlerRuntimeModel(as_handler(Halve(), offload=True), BOX_ROUTE)
+    legacy = await resolved(as_handler(Halve(), offload=True))
     assert legacy.predict_inline(request) is None
 
-    closed = ModelHandlerRuntimeModel(Halve(), BOX_ROUTE, user_code="inline")
+    closed = await resolved(Halve(), user_code="inline")
     await closed.aclose()
     assert closed.predict_inline(request) is None
 
-    busy = ModelHandlerRuntimeModel(Halve(), BOX_ROUTE, user_code="inline")
-    async with busy._lock:  # an eviction in progress
+    busy = await resolved(Halve(), user_code="inline")
+    async with busy._host.lock:  # an eviction in progress
         assert busy.predict_inline(request) is None
     assert busy.predict_inline(request) is not None
 
@@ -188,7 +198,9 @@ async def test_model_inline_declines_when_it_cannot_answer_synchronously() -> No
             await trio.lowlevel.checkpoint()
             return await super().predict(request)
 
-    assert Custom(Halve(), BOX_ROUTE, user_code="inline").predict_inline(request) is None
+    custom = Custom(Halve(), user_code="inline")
+    await custom.resolve(resolve_request(BOX_ROUTE, "e"))
+    assert custom.predict_inline(request) is None
 
 
 class SlowAt(Model):
@@ -208,7 +220,7 @@ class SlowAt(Model):
 async def test_model_inline_answers_in_auto_mode_while_predicts_are_quick(
     mock_clock: MockClock,
 ) -> None:
-    model = ModelHandlerRuntimeModel(SlowAt(mock_clock, at=10, seconds=0.05), BOX_ROUTE)
+    model = await resolved(SlowAt(mock_clock, at=10, seconds=0.05))
     request = predict_request("e", [4.0])
     awaited = [await model.predict(request) for _ in range(8)]  # on the model's thread
     inline = model.predict_inline(request)  # 9: quick ones made it inline

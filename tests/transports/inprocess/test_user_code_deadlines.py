@@ -102,7 +102,7 @@ async def test_a_hung_predict_fails_at_exactly_the_predict_deadline(
     # None: the default "auto" runs a model's first predicts on its thread as well.
     with Hang(after=4) as hang:  # episode 1 takes predicts 1-3; predict 5 hangs
         env = GymEnvRuntimeEnv(Countdown(3), user_code="inline")
-        model = ModelHandlerRuntimeModel(Policy(hang), env.contract, user_code=user_code)
+        model = ModelHandlerRuntimeModel(Policy(hang), user_code=user_code)
         error = await _run_until_hung(hang, env, model, _options(model_predict_timeout=2))
         assert isinstance(error, OperationTimeout)
         assert (error.operation, error.timeout, error.step) == ("model.predict", 2, 4)
@@ -122,7 +122,7 @@ async def test_a_hung_env_call_fails_at_its_deadline_and_closing_does_not_wait_f
     with Hang(after=5) as hang:  # the 6th step or reset hangs
         user_env = HangingCountdown(hang, where)
         env = GymEnvRuntimeEnv(user_env)
-        model = ModelHandlerRuntimeModel(Policy(), env.contract, user_code="inline")
+        model = ModelHandlerRuntimeModel(Policy(), user_code="inline")
         options = _options(**{limit: 3, "service_close_timeout": 5})
         error = await _run_until_hung(hang, env, model, options)
         assert isinstance(error, OperationTimeout)
@@ -145,7 +145,7 @@ async def test_cancelling_the_callers_scope_while_user_code_hangs_returns_at_onc
 ) -> None:
     with Hang(after=7) as hang:  # two 3-step episodes take 6 predicts (+1 of the third)
         env = GymEnvRuntimeEnv(Countdown(3))
-        model = ModelHandlerRuntimeModel(Policy(hang), env.contract)
+        model = ModelHandlerRuntimeModel(Policy(hang))
         with trio.move_on_after(50) as scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(hold_clock, hang)
@@ -163,7 +163,7 @@ async def test_driver_cancel_while_user_code_hangs_returns_the_report_at_once(
 ) -> None:
     with Hang(after=3) as hang:
         env = GymEnvRuntimeEnv(HangingCountdown(hang, "step"))
-        model = ModelHandlerRuntimeModel(Policy(), env.contract)
+        model = ModelHandlerRuntimeModel(Policy())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(hold_clock, hang)
             driver: RuntimeDriver = await nursery.start(_session(env, model))
@@ -184,7 +184,7 @@ async def test_auto_refuses_a_late_inline_predict_as_inline_mode_does(
     with Hang() as hang:
         env = GymEnvRuntimeEnv(Countdown(3), user_code="inline")
         policy = SlowAt(hang, autojump_clock, at=10, seconds=3)
-        model = ModelHandlerRuntimeModel(policy, env.contract)
+        model = ModelHandlerRuntimeModel(policy)
         error = await _run_until_hung(hang, env, model, _options(model_predict_timeout=2))
     here = threading.get_ident()
     assert [thread == here for thread in policy.threads] == [False] * 8 + [True] * 2

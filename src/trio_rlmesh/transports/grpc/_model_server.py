@@ -9,10 +9,12 @@ token, health, draining and the Join receive loop come from :mod:`._server`.
   ``close`` waits for everything the stream started. Responses go out in completion
   order, matched by ``request_id``; a request's completion is signalled before its
   response is written, so ordering never waits on the network.
-* :class:`_ModelCore` validates each request, calls the handler under one lock (handler
-  calls are serialized, as in the reference) and encodes the answer. A model built by
-  :func:`~trio_rlmesh.model.as_handler` here runs its code in a worker thread, so a slow
-  or hung forward stalls neither health checks nor stopping.
+* The model itself is served by the model host (:mod:`trio_rlmesh.transports._modelhost`,
+  which the in-process model calls directly): routes, decode, the one handler call at a
+  time, encode, episode ends, and every check and its wording. This module only turns its
+  answers into Join responses. A model built by :func:`~trio_rlmesh.model.as_handler` here
+  runs its code in a worker thread, so a slow or hung forward stalls neither health checks
+  nor stopping.
 * Every response carries ``endpoint_total_ns`` and ``in_flight``; predict responses and
   errors also carry the 0.1.0 phase fields (decode, user, encode, queue, adapter, held).
 """
@@ -28,13 +30,7 @@ import betterproto2
 import trio
 
 from ..._errors import Error, ModelError
-from ...model import ModelHandler, ModelObservation, PredictFrames, RouteContract, as_handler
-from ...model._internal import (
-    encode_frames,
-    model_error_to_wire,
-    observation_from_request,
-    resolve_route,
-)
+from ...model._internal import model_error_to_wire
 from ...protocol import model_v1
 from ...protocol._internal import (
     CAP_CONCURRENT_PREDICT,
@@ -43,7 +39,9 @@ from ...protocol._internal import (
     COMPONENT_MODEL,
     check_token,
 )
+from ...runtime import EndpointTimings
 from ...runtime._internal import ServingUserCode, check_timeout
+from .._modelhost import ModelHost
 from ._backend import BackendName, ServerCall
 from ._codec import encode
 from ._handshake import MODEL_HANDSHAKE, MODEL_JOIN, MODEL_SHUTDOWN, handshake_response
@@ -65,188 +63,27 @@ CLOSE_TIMEOUT: Final = 5.0
 Code = model_v1.ModelErrorCode
 
 
-def _invalid(message: str) -> ModelError:
-    return ModelError(message, recoverable=False, code="INVALID_REQUEST")
+_PHASES: Final = (
+    "decode_ns",
+    "user_ns",
+    "encode_ns",
+    "adapter_ns",
+    "held_episodes",
+    "held_state_bytes",
+)
+"""The model host's timings a JoinResponse carries under the same names (0.1.0's fields)."""
 
 
-@attrs.define
-class _Stats:
-    """Phase timings of one request, reported in the JoinResponse's 0.1.0 fields."""
-
-    decode_ns: int | None = None
-    user_ns: int | None = None
-    encode_ns: int | None = None
-    adapter_ns: int | None = None
-    held_episodes: int | None = None
-    held_state_bytes: int | None = None
-
-    def apply(self, response: model_v1.JoinResponse) -> None:
-        for field in attrs.fields(_Stats):
-            value = getattr(self, field.name)
-            if value is not None:
-                setattr(response, field.name, value)
-
-
-@attrs.define
-class _Route:
-    contract: RouteContract
-    history: bool
-
-
-class _ModelCore:
-    """The trio side: route table, handler lock, decode and encode."""
-
-    def __init__(self, handler: ModelHandler, name: str) -> None:
-        self.handler = handler
-        self.name = name
-        self.routes: dict[str, _Route] = {}
-        self.lock = trio.Lock()
-
-    async def resolve(
-        self, request: model_v1.ResolveAdapterRequest
-    ) -> model_v1.ResolveAdapterResponse:
-        route = await resolve_route(self.handler, request, model=self.name)
-        assert request.context is not None
-        self.routes[request.context.env_id] = _Route(route.contract, route.history)
-        return route.response
-
-    def _prepare(self, request: model_v1.PredictRequest) -> ModelObservation:
-        env_id = request.context.env_id if request.context is not None else ""
-        route = self.routes.get(env_id)
-        if route is None:
-            raise ModelError(
-                f"model env adapter was not resolved for env {env_id!r}; send ResolveAdapter first",
-                code="INTERNAL",
-            )
-        if request.history and not route.history:
-            raise ModelError(
-                "predict request carries observation history rows but this route did not "
-                "negotiate history (ResolveAdapterResponse.history was unset)",
-                code="INTERNAL",
-            )
-        return observation_from_request(request, route.contract, model=self.name)
-
-    async def _call(
-        self, groups: list[ModelObservation], stats: _Stats
-    ) -> list[PredictFrames | Error]:
-        async with self.lock:
-            started = time.perf_counter_ns()
-            try:
-                answers = list(await self.handler.predict_grouped(groups))
-            finally:
-                stats.user_ns = time.perf_counter_ns() - started
-                stats.adapter_ns = self.handler.take_adapter_ns()
-                held = self.handler.held_state()
-                if held is not None:
-                    stats.held_episodes, stats.held_state_bytes = held.episodes, held.bytes
-        return answers
-
-    def _finish(
-        self, group: ModelObservation, answer: PredictFrames | Error | None
-    ) -> model_v1.PredictResponse:
-        if answer is None:
-            raise ModelError(
-                "predict_grouped returned fewer results than prepared groups", code="INTERNAL"
-            )
-        if isinstance(answer, BaseException):
-            raise answer
-        route = self.routes.get(group.env_id)
-        space = route.contract.action_space if route is not None else group.action_space
-        assert space is not None
-        actions = encode_frames(
-            answer, space, group.num_envs, model=self.name, env=(group.env_id, group.env_name)
-        )
-        return model_v1.PredictResponse(
-            context=model_v1.AdapterContext(
-                session_id=group.session_id, env_id=group.env_id, request_id=group.request_id
-            ),
-            actions=actions,
-        )
-
-    async def predict(
-        self, request: model_v1.PredictRequest
-    ) -> tuple[model_v1.PredictResponse | Error, _Stats]:
-        stats = _Stats()
-        started = time.perf_counter_ns()
-        try:
-            group = self._prepare(request)
-        except Error as exc:
-            stats.decode_ns = time.perf_counter_ns() - started
-            return exc, stats
-        stats.decode_ns = time.perf_counter_ns() - started
-        try:
-            (answer,) = await self._call([group], stats)
-        except Exception as exc:
-            return _as_error(exc), stats
-        encode_started = time.perf_counter_ns()
-        try:
-            return self._finish(group, answer), stats
-        except Error as exc:
-            return exc, stats
-        finally:
-            stats.encode_ns = time.perf_counter_ns() - encode_started
-
-    async def grouped(
-        self, request: model_v1.GroupedPredictRequest
-    ) -> tuple[model_v1.GroupedPredictResponse, _Stats]:
-        stats = _Stats()
-        started = time.perf_counter_ns()
-        prepared: list[ModelObservation | Error] = []
-        for group in request.groups:
-            try:
-                prepared.append(self._prepare(group))
-            except Error as exc:
-                prepared.append(exc)
-        batch = [g for g in prepared if isinstance(g, ModelObservation)]
-        stats.decode_ns = time.perf_counter_ns() - started
-        answers: list[PredictFrames | Error] = []
-        if batch:
-            try:
-                answers = await self._call(batch, stats)
-            except Exception as exc:
-                answers = [_as_error(exc)] * len(batch)
-        encode_started = time.perf_counter_ns()
-        results = []
-        answer_iter = iter(answers)
-        for item in prepared:
-            try:
-                if isinstance(item, Error):
-                    raise item
-                response = self._finish(item, next(answer_iter, None))
-                results.append(model_v1.GroupedPredictResult(response=response))
-            except Error as exc:
-                results.append(model_v1.GroupedPredictResult(error=model_error_to_wire(exc)))
-        stats.encode_ns = time.perf_counter_ns() - encode_started
-        return model_v1.GroupedPredictResponse(results=results), stats
-
-    async def reset(self, request: model_v1.ResetAdapterRequest) -> None:
-        env_id = request.context.env_id if request.context is not None else ""
-        if not env_id:
-            raise _invalid("reset_adapter missing env_id")
-        async with self.lock:
-            setup = self.handler.route_setup()
-            if setup is not None:
-                await setup.reset_adapter(env_id, request.episode_ids)
-            await self.handler.reset_adapter(env_id, request.episode_ids)
-
-    async def release(self, request: model_v1.ReleaseAdapterRequest) -> None:
-        env_id = request.context.env_id if request.context is not None else ""
-        if not env_id:
-            raise _invalid("release_adapter missing env_id")
-        self.routes.pop(env_id, None)
-        setup = self.handler.route_setup()
-        if setup is not None:
-            await setup.release_adapter(env_id)
-
-    async def release_all(self) -> None:
-        setup = self.handler.route_setup()
-        try:
-            for env_id in list(self.routes):
-                if setup is not None:
-                    await setup.release_adapter(env_id)
-                del self.routes[env_id]
-        finally:
-            self.routes.clear()
+def _with_phases(
+    response: model_v1.JoinResponse, timings: EndpointTimings
+) -> model_v1.JoinResponse:
+    """The response with the host's phase timings; the whole handling time
+    (``endpoint_total_ns``) is measured when it is sent."""
+    for field in _PHASES:
+        value = getattr(timings, field)
+        if value is not None:
+            setattr(response, field, value)
+    return response
 
 
 def _as_error(exc: BaseException) -> Error:
@@ -257,6 +94,12 @@ def _as_error(exc: BaseException) -> Error:
 
 def _error_response(exc: BaseException) -> model_v1.JoinResponse:
     return model_v1.JoinResponse(error=model_error_to_wire(_as_error(exc)))
+
+
+def _grouped_result(result: model_v1.PredictResponse | Error) -> model_v1.GroupedPredictResult:
+    if isinstance(result, Error):
+        return model_v1.GroupedPredictResult(error=model_error_to_wire(result))
+    return model_v1.GroupedPredictResult(response=result)
 
 
 def _env_keys(kind: str, message: Any) -> list[str]:
@@ -277,7 +120,7 @@ class _ModelService:
     """The ModelService: Handshake, Join (any number of streams) and Shutdown."""
 
     core: ServerCore
-    model: _ModelCore
+    model: ModelHost
     max_concurrency: int = DEFAULT_CONCURRENCY
     in_flight: int = 0
     """Requests whose handler call is running (reported in every response)."""
@@ -383,19 +226,20 @@ class _ModelJoin(JoinSession[model_v1.JoinRequest]):
             if kind == "resolve_adapter":
                 return model_v1.JoinResponse(resolve_adapter=await model.resolve(message))
             if kind == "predict":
-                answer, stats = await model.predict(message)
+                plan = await model.predict((message,))
+                (result,) = plan.results
                 response = (
-                    _error_response(answer)
-                    if isinstance(answer, BaseException)
-                    else model_v1.JoinResponse(predict=answer)
+                    _error_response(result)
+                    if isinstance(result, Error)
+                    else model_v1.JoinResponse(predict=result)
                 )
-                stats.apply(response)
-                return response
+                return _with_phases(response, plan.timings())
             if kind == "grouped_predict":
-                grouped, stats = await model.grouped(message)
-                response = model_v1.JoinResponse(grouped_predict=grouped)
-                stats.apply(response)
-                return response
+                plan = await model.predict(message.groups)
+                grouped = model_v1.GroupedPredictResponse(
+                    results=[_grouped_result(result) for result in plan.results]
+                )
+                return _with_phases(model_v1.JoinResponse(grouped_predict=grouped), plan.timings())
             if kind == "reset_adapter":
                 await model.reset(message)
                 return model_v1.JoinResponse(reset_adapter=model_v1.ResetAdapterResponse())
@@ -465,8 +309,8 @@ async def serve_model(
     check_backend(backend)
     token = check_token(token)
     check_timeout("drain_timeout", drain_timeout)
-    handler = as_handler(model, name=name, user_code=user_code)
-    label = name or getattr(handler, "name", None) or type(handler).__name__
+    host = ModelHost.open(model, name=name, user_code=user_code)
+    handler = host.handler
     core = ServerCore(
         component="model",
         what="route",
@@ -474,7 +318,7 @@ async def serve_model(
         allow_remote_shutdown=allow_remote_shutdown,
         shutdown_disabled_message=SHUTDOWN_DISABLED_MESSAGE,
     )
-    service = _ModelService(core, _ModelCore(handler, str(label)), max_concurrency)
+    service = _ModelService(core, host, max_concurrency)
     try:
         load = getattr(handler, "load", None)
         if load is not None:
