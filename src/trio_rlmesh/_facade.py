@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RunLocalOptions", "run", "run_local", "run_remote"]
 
-HOST_INTERRUPT_REASON = "interrupted by the host (signal)"
-
 
 def _parse_seeds(text: str) -> tuple[int, ...]:
     """Seeds written as text: a list ``0,1,2`` or an inclusive range ``0..39``.
