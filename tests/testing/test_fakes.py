@@ -19,7 +19,6 @@ from trio_rlmesh.testing import (
     check_runtime_env,
     check_runtime_model,
 )
-from trio_rlmesh.testing._fakes import decode_observation
 
 
 @pytest.mark.parametrize(
@@ -95,7 +94,8 @@ async def test_fake_env_next_step_rolls_and_adopts_pushed_ids() -> None:
     second = (await env.step(env_v1.StepRequest(action=action, episode_ids=["c", "b"]))).response
     assert list(second.rewards) == [0.0, 1.0]
     assert [m.episode_id for m in second.completed_episodes] == ["b"]
-    assert decode_observation(second.observation.leaves)[0].tolist() == [0.0, 0.0, 2.0, 0.0]
+    observations = decode_batch(spec_to_space(env.observation_space), second.observation.leaves, 2)
+    assert observations[0].tolist() == [0.0, 0.0, 2.0, 0.0]
 
 
 async def test_fake_env_echoes_interrupted_episodes() -> None:
