@@ -321,23 +321,28 @@ async def serving(env: Any, **options: Any) -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def env_process(target: str, tmp: Path) -> AsyncIterator[tuple[str, trio.Process]]:
-    """``python -m trio_rlmesh serve-env TARGET`` in a child process; yield (address, process)."""
-    ready = tmp / "ready"
+async def env_process(target: str) -> AsyncIterator[tuple[str, trio.Process]]:
+    """``python -m trio_rlmesh serve-env TARGET`` in a child process; yield (address, process).
+
+    Ready when it prints its address (its first stdout line), read as it comes: no polling.
+    """
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
     process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "trio_rlmesh", "serve-env", target, "--ready-file", str(ready)],
+        [sys.executable, "-m", "trio_rlmesh", "serve-env", target],
         env=env,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
     )
     try:
+        assert process.stdout is not None
+        line = b""
         with trio.fail_after(30):
-            while not ready.exists() or not ready.read_text().strip():
-                if process.poll() is not None:
-                    raise RuntimeError(f"serve-env exited with {process.returncode}")
-                await trio.sleep(0.02)
-        yield ready.read_text().strip(), process
+            while not line.endswith(b"\n"):
+                chunk = await process.stdout.receive_some(1)
+                if not chunk:
+                    raise RuntimeError(f"serve-env exited with {await process.wait()}")
+                line += chunk
+        yield line.decode().strip(), process
     finally:
         with trio.CancelScope(shield=True):
             if process.poll() is None:

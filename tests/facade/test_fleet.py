@@ -44,15 +44,12 @@ async def served(count: int, make: Any = lambda: gym.make(CARTPOLE)) -> AsyncIte
 
 
 @asynccontextmanager
-async def processes(count: int, tmp: Path) -> AsyncIterator[list[tuple[str, trio.Process]]]:
+async def processes(count: int) -> AsyncIterator[list[tuple[str, trio.Process]]]:
     async with AsyncExitStack() as stack:
         started: list[tuple[str, trio.Process]] = []
 
         async def start(k: int) -> None:
-            (tmp / str(k)).mkdir()
-            entered = await stack.enter_async_context(
-                env_process("gymnasium:CartPole-v1", tmp / str(k))
-            )
+            entered = await stack.enter_async_context(env_process("gymnasium:CartPole-v1"))
             slots[k] = entered
 
         # Started side by side, so the children's interpreter startups overlap; the list
@@ -177,10 +174,10 @@ async def test_a_lane_endpoint_and_single_envs_share_one_run() -> None:
     assert {e.env_index for e in report.episodes if e.endpoint == lane_endpoint} <= {0, 1, 2}
 
 
-async def test_a_killed_endpoint_fails_the_run_with_what_was_finished(tmp_path: Path) -> None:
+async def test_a_killed_endpoint_fails_the_run_with_what_was_finished() -> None:
     seeds = tuple(range(12))
     with trio.fail_after(120):
-        async with processes(3, tmp_path) as started:
+        async with processes(3) as started:
             addresses = [address for address, _ in started]
             victim_address, victim = started[1]
             hooks = KillAfter(victim, after=3)
@@ -211,12 +208,10 @@ async def test_a_killed_endpoint_fails_the_run_with_what_was_finished(tmp_path: 
     assert len(data["episodes"]) == hooks.completed
 
 
-async def test_a_killed_endpoint_is_tolerated_and_its_episodes_run_elsewhere(
-    tmp_path: Path,
-) -> None:
+async def test_a_killed_endpoint_is_tolerated_and_its_episodes_run_elsewhere() -> None:
     seeds = tuple(range(50, 62))
     with trio.fail_after(120):
-        async with processes(3, tmp_path) as started:
+        async with processes(3) as started:
             addresses = [address for address, _ in started]
             victim_address, victim = started[0]
             hooks = KillMidRun(victim_address, victim)

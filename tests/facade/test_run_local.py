@@ -563,7 +563,7 @@ async def test_by_default_quick_predicts_against_a_served_env_run_inline(
 ) -> None:
     # The run's clock stands still, so every predict is quick: after 8 on the model's
     # thread, the rest run on the trio thread.
-    model = _SlowOnce(slow_at=0)
+    model = _SlowOnce(mock_clock, slow_at=0)
     async with serving(gym.make(CARTPOLE)) as address:
         options = RunLocalOptions(address, max_episodes=1, max_episode_steps=12)
         assert (await run_local(model, options)).status == "completed"
