@@ -41,6 +41,8 @@ from trio_rlmesh.runtime import (
 )
 from trio_rlmesh.transports.grpc import serve_env
 
+from .._process import first_line
+
 CARTPOLE = "CartPole-v1"
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -334,15 +336,9 @@ async def env_process(target: str) -> AsyncIterator[tuple[str, trio.Process]]:
         stdout=subprocess.PIPE,
     )
     try:
-        assert process.stdout is not None
-        line = b""
         with trio.fail_after(30):
-            while not line.endswith(b"\n"):
-                chunk = await process.stdout.receive_some(1)
-                if not chunk:
-                    raise RuntimeError(f"serve-env exited with {await process.wait()}")
-                line += chunk
-        yield line.decode().strip(), process
+            address = await first_line(process, f"serve-env {target}")
+        yield address, process
     finally:
         with trio.CancelScope(shield=True):
             if process.poll() is None:
