@@ -9,6 +9,7 @@ the episode one endpoint gives for the same seed, whichever endpoint ran it.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -438,10 +439,29 @@ async def test_a_fleet_against_a_served_model_fuses_its_predicts_there() -> None
     assert max(model.batch_sizes) > 1
 
 
-def test_a_fleets_model_runs_auto_by_default_as_for_one_served_env() -> None:
-    from trio_rlmesh._facade import _model_user_code
+class _Threads(Balancer):
+    """Notes the thread each (grouped) predict runs on."""
 
-    assert _model_user_code(RunLocalOptions(["127.0.0.1:1", "127.0.0.1:2"])) == "auto"
-    assert _model_user_code(RunLocalOptions("127.0.0.1:1")) == "auto"
-    fleet = RunLocalOptions(["127.0.0.1:1", "127.0.0.1:2"], user_code="thread")
-    assert _model_user_code(fleet) == "thread"
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[int] = []
+
+    def predict(self, observation: Any) -> Any:
+        self.threads.append(threading.get_ident())
+        return super().predict(observation)
+
+
+@pytest.mark.parametrize(("user_code", "first_on_loop"), [(None, False), ("inline", True)])
+async def test_a_fleets_model_runs_auto_by_default_as_for_one_served_env(
+    user_code: str | None, first_on_loop: bool
+) -> None:
+    # "auto" (the default for served envs, a fleet's included) starts on the model's
+    # thread; an in-process env's default, "inline", would run it on the loop.
+    model = _Threads()
+    with trio.fail_after(60):
+        async with served(2) as addresses:
+            options = RunLocalOptions(
+                addresses, max_episodes=2, max_episode_steps=3, user_code=user_code
+            )
+            assert (await run_local(model, options)).status == "completed"
+    assert (model.threads[0] == threading.get_ident()) is first_on_loop
