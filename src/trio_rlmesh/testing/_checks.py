@@ -13,23 +13,12 @@ from typing import Any, TypeVar
 import numpy as np
 import trio
 
+from .. import spaces
 from .._errors import CodecError, Error
 from ..protocol import core_v1, env_v1, model_v1, spaces_v1, spec_to_space
 from ..protocol._internal import DEFAULT_ENV_TIMEOUT_MS
 from ..runtime import EnvResetResult, EnvStepResult, ModelPrediction, RuntimeEnv, RuntimeModel
 from ..runtime._internal import mint_uuid7, route_request
-from ..spaces import (
-    Box,
-    Dict,
-    Discrete,
-    MultiBinary,
-    MultiDiscrete,
-    Space,
-    Text,
-    Tuple,
-    decode_batch,
-    encode_lanes,
-)
 
 __all__ = ["ConformanceError", "check_runtime_env", "check_runtime_model"]
 
@@ -73,32 +62,32 @@ def _check_value(
     # The codec is the one owner of the value layout: a value it decodes has the leaves,
     # strides and framing the driver needs.
     try:
-        decode_batch(spec_to_space(space), value.leaves, lanes)
+        spaces.decode_batch(spec_to_space(space), value.leaves, lanes)
     except CodecError as exc:
         raise ConformanceError(f"{what} is not a {lanes}-lane value of its space: {exc}") from exc
 
 
-def _filler(space: Space) -> Any:
+def _filler(space: spaces.Space) -> Any:
     """The simplest value of ``space`` for one lane: zeros within the bounds, a Discrete's
     ``start``, the shortest Text."""
-    if isinstance(space, Dict):
+    if isinstance(space, spaces.Dict):
         return {key: _filler(child) for key, child in space.entries}
-    if isinstance(space, Tuple):
+    if isinstance(space, spaces.Tuple):
         return tuple(_filler(child) for child in space.spaces)
-    if isinstance(space, Box):
+    if isinstance(space, spaces.Box):
         return np.clip(np.zeros_like(space.low), space.low, space.high)
-    if isinstance(space, Discrete):
+    if isinstance(space, spaces.Discrete):
         return space.start
-    if isinstance(space, (MultiBinary, MultiDiscrete)):
+    if isinstance(space, (spaces.MultiBinary, spaces.MultiDiscrete)):
         return np.zeros(space.shape, dtype=space.dtype.numpy_dtype)
-    assert isinstance(space, Text)
+    assert isinstance(space, spaces.Text)
     return (space.charset[:1] or "a") * space.min_length
 
 
 def _simplest_leaves(space: spaces_v1.SpaceSpec, lanes: int) -> list[bytes]:
     """A batched value of ``lanes`` lanes, each the simplest value of ``space``."""
     decoded = spec_to_space(space)
-    return encode_lanes(decoded, [_filler(decoded)] * lanes)
+    return spaces.encode_lanes(decoded, [_filler(decoded)] * lanes)
 
 
 async def check_runtime_env(
