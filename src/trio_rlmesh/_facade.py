@@ -589,6 +589,12 @@ def _recorded(
     )
 
 
+def _paired(report: RuntimeReport, model: Any) -> RuntimeReport:
+    """``report`` with the pairing of the model in this process (none for a served one)."""
+    adapter = getattr(model, "adapter", None)
+    return attrs.evolve(report, pairing=adapter.explain()) if adapter is not None else report
+
+
 def _model_label(model: Any) -> str:
     """How a recording names the model: its address, or its class."""
     if isinstance(model, str):
@@ -692,18 +698,24 @@ async def _run_entry(
                     "recording a fleet run is not supported; record the run of one env address"
                 )
             async with _open_model(model, options, model_token) as endpoint:
-                return await _run_fleet(endpoint, options, hooks=hooks, task_status=task_status)
+                return _paired(
+                    await _run_fleet(endpoint, options, hooks=hooks, task_status=task_status),
+                    endpoint,
+                )
         async with (
             _open_env(options) as env,
             _open_model(model, options, model_token) as endpoint,
         ):
-            return await _run(
-                env,
+            return _paired(
+                await _run(
+                    env,
+                    endpoint,
+                    options,
+                    hooks=hooks,
+                    task_status=task_status,
+                    model_label=model_label,
+                ),
                 endpoint,
-                options,
-                hooks=hooks,
-                task_status=task_status,
-                model_label=model_label,
             )
 
     try:

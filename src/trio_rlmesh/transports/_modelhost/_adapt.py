@@ -24,33 +24,11 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ...adapters import Adapter, AdapterResolutionError, EnvTags, ModelSpec, resolve_from_contract
+from ...adapters import Adapter
 from ...adapters._internal import EpisodeState
-from ...model import ModelObservation, PredictFrames, RouteContract
+from ...model import ModelObservation, PredictFrames
 
-__all__ = ["RouteAdapter", "adapter_for"]
-
-
-def adapter_for(spec: object, contract: RouteContract) -> Adapter | None:
-    """The adapter between a model's ``spec`` and the env ``contract``, or ``None`` when
-    the model declares no spec.
-
-    Raises:
-        AdapterResolutionError: the spec is not a :class:`~trio_rlmesh.adapters.ModelSpec`,
-            the env publishes no tags (RLMesh's words), or the pairing cannot work.
-    """
-    if spec is None or repr(spec) == "NO_ADAPTER":  # RLMesh's sentinel: the model adapts itself
-        return None
-    if not isinstance(spec, ModelSpec):
-        raise AdapterResolutionError(
-            f"a model spec must be a ModelSpec or NO_ADAPTER; got {type(spec).__name__}"
-        )
-    return resolve_from_contract(contract, spec)
-
-
-def is_tagged(contract: RouteContract) -> bool:
-    """Whether the env publishes adapter tags."""
-    return EnvTags.from_metadata(contract.metadata or {}) is not None
+__all__ = ["RouteAdapter"]
 
 
 @attrs.define

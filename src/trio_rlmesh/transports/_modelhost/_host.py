@@ -48,6 +48,8 @@ import attrs
 import trio
 
 from ..._errors import Error, ModelError
+from ...adapters import Adapter
+from ...adapters._internal import adapter_for, pairing_failure
 from ...model import (
     HeldState,
     ModelEngine,
@@ -67,7 +69,7 @@ from ...model._internal import (
 from ...protocol import SUPPORTED_WORKFLOW_EDITIONS, model_v1
 from ...runtime import EndpointTimings
 from ...runtime._internal import ServingUserCode
-from ._adapt import RouteAdapter, adapter_for
+from ._adapt import RouteAdapter
 
 __all__ = ["ModelHost", "PredictPlan", "Route"]
 
@@ -280,13 +282,16 @@ class ModelHost:
             adapter = adapter_for(spec, contract)
         except ValueError as exc:  # AdapterResolutionError and the spec readers' errors
             raise ModelError(
-                f"model {self.name!r} cannot be paired with "
-                f"{env_label(env_id, contract.env_name)}: {exc}; change the model's spec or "
-                "the env's tags (trio-rlmesh explain shows the pairing)",
+                pairing_failure(repr(self.name), env_label(env_id, contract.env_name), exc),
                 operation=RESOLVE,
                 code="INVALID_REQUEST",
             ) from exc
         return RouteAdapter(adapter, horizon) if adapter is not None else None
+
+    def adapter(self, env_id: str) -> Adapter | None:
+        """The adapter a resolved route applies (a spec'd model's), or ``None``."""
+        route = self.routes.get(env_id)
+        return route.adapter.adapter if route is not None and route.adapter is not None else None
 
     async def release(self, request: model_v1.ReleaseAdapterRequest) -> None:
         """Forget the route the request names (an unknown one is fine), through the route
