@@ -100,3 +100,20 @@ def test_a_run_without_a_spec_reports_no_pairing(tmp_path: Path) -> None:
     argv = ["run", "--episodes", "1", "--max-episode-steps", "5", "--no-progress"]
     assert main([*argv, "--json", str(out)]) == 0
     assert json.loads(out.read_text())["pairing"] is None
+
+
+def test_a_registered_gymnasium_env_carries_its_tags(capsys: pytest.CaptureFixture[str]) -> None:
+    import gymnasium
+
+    env_id = "trio-rlmesh-tests/TaggedArm-v0"
+    gymnasium.register(env_id, entry_point=tagged_arm_entry)
+    try:
+        assert main(["explain", "--env", f"gymnasium:{env_id}", "--model", POLICY]) == 0
+    finally:
+        del gymnasium.registry[env_id]
+    assert capsys.readouterr().out == f"{POLICY} on {env_id}:\n{explained()}\n"
+
+
+def tagged_arm_entry(**kwargs: object) -> object:
+    """What a registered env's entry point returns: the env, tagged."""
+    return arm_example().make_env(steps=4)
