@@ -314,3 +314,56 @@ async def test_our_served_specd_model_refuses_an_untagged_env_in_rlmeshs_words()
             with pytest.raises(Exception, match="no adapter tags") as caught:
                 await in_thread(lambda: session_loop(model_address, env_address, 1))
     assert "serve the env with rlmesh.adapters.tag(...)" in str(caught.value)
+
+
+async def test_a_served_specd_model_answers_route_configuration_as_rlmeshs() -> None:
+    """RLMesh's served spec'd model and ours, asked to configure the same routes: the same
+    answers (history keys), and the same refusals (RLMesh's words inside ours)."""
+    from tests.interop import envs
+    from tests.interop.test_model_interop import rlmesh_model_server
+    from trio_rlmesh import ModelError
+    from trio_rlmesh.runtime._internal import route_request
+    from trio_rlmesh.transports.grpc import open_env_client, open_model_client
+
+    arm = envs.arm_example()
+    cases = [("arm", 1, True), ("arm", 1, False), ("arm", 3, True), ("arm", 3, False)]
+    cases.append(("untagged", 1, True))
+    answers: dict[str, list[Any]] = {}
+    with trio.fail_after(GUARD):
+        async with trio.open_nursery() as nursery:
+            tagged = await nursery.start(serve_env, arm.make_env(), "127.0.0.1:0")
+            untagged = await nursery.start(serve_env, arm.ArmEnv(), "127.0.0.1:0")
+            specs = {}
+            for kind, address in (("arm", tagged), ("untagged", untagged)):
+                async with open_env_client(address) as client:
+                    specs[kind] = client.contract.spec
+            async with (
+                our_model(arm.ReachPolicy()) as ours,
+                rlmesh_model_server("tests.interop.models:RlmeshArm") as theirs,
+            ):
+                for name, address in (("ours", ours), ("theirs", theirs)):
+                    answers[name] = []
+                    async with open_model_client(address) as client:
+                        for kind, horizon, delivers in cases:
+                            request = route_request(
+                                "e",
+                                specs[kind],
+                                execution_horizon=horizon,
+                                delivers_history=delivers,
+                            )
+                            try:
+                                answer = await client.resolve_adapter(request)
+                            except ModelError as exc:
+                                answers[name].append(exc.message)
+                            else:
+                                history = answer.history
+                                answers[name].append(list(history.keys) if history else None)
+            nursery.cancel_scope.cancel()
+    mine, wheel_answers = answers["ours"], answers["theirs"]
+    assert mine[:3] == wheel_answers[:3] == [["image"], None, ["image"]]
+    stacked = wheel_answers[3].removeprefix("model error: ")
+    assert stacked.startswith("frame-stacking (input 'image' stack=2) needs every env step")
+    assert mine[3].endswith(stacked)
+    no_tags = "env contract carries no adapter tags under 'rlmesh.adapters.v1.env_tags'"
+    assert no_tags in wheel_answers[4]
+    assert no_tags in mine[4]

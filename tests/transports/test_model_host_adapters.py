@@ -361,3 +361,31 @@ async def test_previous_reads_the_frame_executed_at_the_step_before(seat: Seat) 
         request.history = [_row(seed, "ep") for seed in (1, 2)]
         await served.predict(request)
     assert model.seen == [0.0, pytest.approx(0.3)]
+
+
+@pytest.mark.parametrize(
+    ("horizon", "delivers", "keys"),
+    [(1, True, ["image"]), (1, False, None), (3, True, ["image"])],
+)
+async def test_a_stacked_route_asks_for_history_whenever_it_is_offered(
+    seat: Seat, horizon: int, delivers: bool, keys: list[str] | None
+) -> None:
+    # RLMesh's model server's answer: the history keys whenever the runtime offers rows.
+    async with seat(Policy()) as served:
+        request = resolve_request(ARM, "arm", horizon=horizon, delivers_history=delivers)
+        answer = await served.resolve(request)
+    assert (list(answer.history.keys) if answer.history is not None else None) == keys
+
+
+async def test_a_stacked_route_without_history_at_a_horizon_is_refused(seat: Seat) -> None:
+    async with seat(Chunked()) as served:
+        request = resolve_request(ARM, "arm", horizon=3, delivers_history=False)
+        text, code, recoverable = await fails(served.resolve(request))
+    assert text == (
+        "model 'Chunked' refused the route for env 'Arm-v0' (route arm): frame-stacking "
+        "(input 'image' stack=2) needs every env step, but the runtime did not offer "
+        "observation history (delivers_history) at execution_horizon=3: the window would hold "
+        "only decision-point frames. Use a runtime that delivers history, stack=1 (or no "
+        "Previous part), or execution_horizon=1."
+    )
+    assert (code, recoverable) == ("INTERNAL", False)

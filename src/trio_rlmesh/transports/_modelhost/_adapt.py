@@ -26,6 +26,7 @@ import numpy as np
 
 from ...adapters import Adapter
 from ...adapters._internal import EpisodeState
+from ...adapters.helpers import render_placement
 from ...model import ModelObservation, PredictFrames
 
 __all__ = ["RouteAdapter"]
@@ -46,11 +47,34 @@ class RouteAdapter:
         self.horizon = horizon
         self.episodes: dict[str, _Episode] = {}
 
-    def needs(self) -> tuple[str, ...] | None:
-        """The history the route asks for: the inputs holding per-episode history, when
-        the runtime executes chunk frames the model does not see (``horizon > 1``)."""
+    def needs(self, delivers_history: bool) -> tuple[str, ...] | None:
+        """The history the route asks for, as RLMesh's model server asks: the inputs
+        holding per-episode history, whenever the runtime offers history rows (at any
+        horizon; at 1 no step is skipped, so none come)."""
         keys = self.adapter.history_keys()
-        return keys if keys and self.horizon > 1 else None
+        return keys if keys and delivers_history else None
+
+    def refusal(self, delivers_history: bool) -> str | None:
+        """Why the route cannot be served (RLMesh's words), or ``None``: a window or a
+        previous action needs every env step, and a runtime that executes chunk frames
+        (``horizon > 1``) without sending their rows would leave gaps."""
+        if delivers_history or self.horizon <= 1 or not self.adapter.history_keys():
+            return None
+        plan = self.adapter.plan
+        stacked = plan.stacked[0] if plan.stacked else None
+        if stacked is not None:
+            what = f"frame-stacking (input {render_placement(stacked.placement)!r} "
+            what += f"stack={stacked.stack})"
+            fix = "stack=1 (or no Previous part)"
+        else:
+            what = f"the previous action (input {self.adapter.history_keys()[0]!r})"
+            fix = "no Previous part"
+        return (
+            f"{what} needs every env step, but the runtime did not offer observation history "
+            f"(delivers_history) at execution_horizon={self.horizon}: the window would hold "
+            f"only decision-point frames. Use a runtime that delivers history, {fix}, or "
+            "execution_horizon=1."
+        )
 
     def _episode(self, episode_id: str) -> _Episode:
         episode = self.episodes.get(episode_id)

@@ -249,8 +249,17 @@ class ModelHost:
                 ) from exc
         adapter = self._adapter(env_id, contract, horizon)
         history_keys = needs.history if needs is not None else None
-        if adapter is not None and history_keys is None:
-            history_keys = adapter.needs()
+        if adapter is not None:
+            refusal = adapter.refusal(request.delivers_history)
+            if refusal is not None:
+                raise ModelError(
+                    f"model {self.name!r} refused the route for "
+                    f"{env_label(env_id, contract.env_name)}: {refusal}",
+                    operation=RESOLVE,
+                    code="INTERNAL",
+                )
+            if history_keys is None:
+                history_keys = adapter.needs(request.delivers_history)
         history = history_keys is not None
         if history and not request.delivers_history:
             raise ModelError(
