@@ -484,6 +484,9 @@ async def _prepare(
             session_id=session_id,
             workflow_edition=env.workflow_edition,
             execution_horizon=options.execution_horizon,
+            # Rows name one episode: a lockstep vector env's groups get none, so it is not
+            # offered them (a spec'd model with a frame stack would ask in vain).
+            delivers_history=num_envs == 1 or env.subset_step,
         )
     )
     spec = RuntimeSessionSpec(
