@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import trio
 
 from ..._errors import Error
+from ...adapters import Adapter
 from ...model import ModelHandler
 from ...protocol import model_v1
 from ...runtime import ModelPrediction
@@ -66,6 +67,7 @@ class ModelHandlerRuntimeModel:
         self.handler: ModelHandler = host.handler
         self.name = host.name
         self._wants_history = False
+        self._adapter: Adapter | None = None
         # predict_inline may stand in for predict only when the class did not replace it.
         self._inline_class = type(self).predict is ModelHandlerRuntimeModel.predict
 
@@ -101,7 +103,14 @@ class ModelHandlerRuntimeModel:
         """
         response = await self._host.resolve(request)
         self._wants_history = response.history is not None
+        context = request.context
+        self._adapter = self._host.adapter(context.env_id if context is not None else "")
         return response
+
+    @property
+    def adapter(self) -> Adapter | None:
+        """The adapter the last resolved route applies (a spec'd model's), or ``None``."""
+        return self._adapter
 
     async def predict(self, request: model_v1.PredictRequest) -> ModelPrediction:
         (result,) = await self.predict_group([request])
