@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RunLocalOptions", "run", "run_local", "run_remote"]
 
-HOST_INTERRUPT_REASON = "interrupted by the host (signal)"
-
 
 def _parse_seeds(text: str) -> tuple[int, ...]:
     """Seeds written as text: a list ``0,1,2`` or an inclusive range ``0..39``.
@@ -604,28 +602,6 @@ def _model_label(model: Any) -> str:
         return model
     cls = type(model)
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-async def _run_session(
-    env: Any,
-    model: Any,
-    *,
-    contract: Any,
-    options: RunLocalOptions,
-    subset_step: bool = False,
-    hooks: RuntimeHooks | None = None,
-    task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
-) -> RuntimeReport:
-    """:func:`_run` for a ``RuntimeEnv``/``RuntimeModel`` pair built by the caller (tests).
-
-    Private: it takes the protocol ``EnvContract``, and protocol types stay out of the
-    public signatures.
-    """
-    from .protocol._internal import CAP_SUBSET_STEP, CAPABILITY_TRUE
-
-    capabilities = {CAP_SUBSET_STEP: CAPABILITY_TRUE} if subset_step else {}
-    endpoint = _Env(env, contract, subset_step, options.workflow_edition, capabilities, "local-env")
-    return await _run(endpoint, model, options, hooks=hooks, task_status=task_status)
 
 
 async def run_local(

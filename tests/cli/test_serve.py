@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests._process import first_line
 from tests.transports.grpc.servers import env_handshake
 from tests.transports.grpc.wire import open_raw_client
 from trio_rlmesh._cli._exit import UsageError
@@ -34,14 +35,7 @@ async def _serve(*args: str) -> tuple[trio.Process, str]:
         stderr=subprocess.PIPE,
         env=_env(),
     )
-    assert process.stdout is not None
-    line = b""
-    while not line.endswith(b"\n"):
-        chunk = await process.stdout.receive_some(1)
-        if not chunk:
-            break
-        line += chunk
-    return process, line.decode().strip()
+    return process, await first_line(process, "serve-env")
 
 
 @pytest.mark.parametrize(

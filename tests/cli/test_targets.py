@@ -19,7 +19,7 @@ def _run(tmp_path: Path, *argv: str) -> dict[str, object]:
     return report
 
 
-def test_env_arguments_merge_json_and_pairs() -> None:
+def test_env_argument_values_are_json_scalars_or_strings() -> None:
     assert env_kwargs('{"a": 1, "b": "x"}', ["b=2", "c=true", "d=rgb_array", "e="]) == {
         "a": 1,
         "b": 2,
@@ -28,6 +28,20 @@ def test_env_arguments_merge_json_and_pairs() -> None:
         "e": "",
     }
     assert env_kwargs(None, []) == {}
+
+
+def test_env_arguments_merge_json_and_pairs(tmp_path: Path) -> None:
+    # A pair wins over the JSON (length 2 -> 4); pair values read as JSON scalars when they
+    # are one (4, 2.5, true), so the env gets an int, a float and a bool.
+    report = _run(
+        tmp_path,
+        *("--env", "tests.cli.envs:Counter", "--env-kwargs", '{"length": 2, "scale": 1}'),
+        *("--env-arg", "length=4", "--env-arg", "scale=2.5", "--env-arg", "success=true"),
+        *("--model", "tests.cli.models:AlwaysLeft", "--episodes", "2"),
+    )
+    episodes = report["episodes"]
+    assert isinstance(episodes, list)
+    assert [(e["steps"], e["reward"], e["success"]) for e in episodes] == [(4, 10.0, True)] * 2
 
 
 def test_a_class_is_instantiated_with_its_arguments(tmp_path: Path) -> None:

@@ -41,6 +41,8 @@ from trio_rlmesh.runtime import (
 )
 from trio_rlmesh.transports.grpc import serve_env
 
+from .._process import first_line
+
 CARTPOLE = "CartPole-v1"
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -321,23 +323,22 @@ async def serving(env: Any, **options: Any) -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def env_process(target: str, tmp: Path) -> AsyncIterator[tuple[str, trio.Process]]:
-    """``python -m trio_rlmesh serve-env TARGET`` in a child process; yield (address, process)."""
-    ready = tmp / "ready"
+async def env_process(target: str) -> AsyncIterator[tuple[str, trio.Process]]:
+    """``python -m trio_rlmesh serve-env TARGET`` in a child process; yield (address, process).
+
+    Ready when it prints its address (its first stdout line), read as it comes: no polling.
+    """
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
     process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "trio_rlmesh", "serve-env", target, "--ready-file", str(ready)],
+        [sys.executable, "-m", "trio_rlmesh", "serve-env", target],
         env=env,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
     )
     try:
         with trio.fail_after(30):
-            while not ready.exists() or not ready.read_text().strip():
-                if process.poll() is not None:
-                    raise RuntimeError(f"serve-env exited with {process.returncode}")
-                await trio.sleep(0.02)
-        yield ready.read_text().strip(), process
+            address = await first_line(process, f"serve-env {target}")
+        yield address, process
     finally:
         with trio.CancelScope(shield=True):
             if process.poll() is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -131,9 +130,9 @@ class _KillServer(RuntimeHooks):
             await self.process.wait()
 
 
-async def test_a_dropped_connection(tmp_path: Path) -> None:
+async def test_a_dropped_connection() -> None:
     with trio.fail_after(60):
-        async with env_process(f"gymnasium:{CARTPOLE}", tmp_path) as (address, process):
+        async with env_process(f"gymnasium:{CARTPOLE}") as (address, process):
             hooks = _KillServer(process, at=12)
             with pytest.raises(TransportError) as caught:
                 await run_local(Balancer(), _options(address), hooks=hooks)

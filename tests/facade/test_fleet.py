@@ -9,6 +9,7 @@ the episode one endpoint gives for the same seed, whichever endpoint ran it.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -44,15 +45,12 @@ async def served(count: int, make: Any = lambda: gym.make(CARTPOLE)) -> AsyncIte
 
 
 @asynccontextmanager
-async def processes(count: int, tmp: Path) -> AsyncIterator[list[tuple[str, trio.Process]]]:
+async def processes(count: int) -> AsyncIterator[list[tuple[str, trio.Process]]]:
     async with AsyncExitStack() as stack:
         started: list[tuple[str, trio.Process]] = []
 
         async def start(k: int) -> None:
-            (tmp / str(k)).mkdir()
-            entered = await stack.enter_async_context(
-                env_process("gymnasium:CartPole-v1", tmp / str(k))
-            )
+            entered = await stack.enter_async_context(env_process("gymnasium:CartPole-v1"))
             slots[k] = entered
 
         # Started side by side, so the children's interpreter startups overlap; the list
@@ -177,10 +175,10 @@ async def test_a_lane_endpoint_and_single_envs_share_one_run() -> None:
     assert {e.env_index for e in report.episodes if e.endpoint == lane_endpoint} <= {0, 1, 2}
 
 
-async def test_a_killed_endpoint_fails_the_run_with_what_was_finished(tmp_path: Path) -> None:
+async def test_a_killed_endpoint_fails_the_run_with_what_was_finished() -> None:
     seeds = tuple(range(12))
     with trio.fail_after(120):
-        async with processes(3, tmp_path) as started:
+        async with processes(3) as started:
             addresses = [address for address, _ in started]
             victim_address, victim = started[1]
             hooks = KillAfter(victim, after=3)
@@ -211,12 +209,10 @@ async def test_a_killed_endpoint_fails_the_run_with_what_was_finished(tmp_path: 
     assert len(data["episodes"]) == hooks.completed
 
 
-async def test_a_killed_endpoint_is_tolerated_and_its_episodes_run_elsewhere(
-    tmp_path: Path,
-) -> None:
+async def test_a_killed_endpoint_is_tolerated_and_its_episodes_run_elsewhere() -> None:
     seeds = tuple(range(50, 62))
     with trio.fail_after(120):
-        async with processes(3, tmp_path) as started:
+        async with processes(3) as started:
             addresses = [address for address, _ in started]
             victim_address, victim = started[0]
             hooks = KillMidRun(victim_address, victim)
@@ -443,10 +439,29 @@ async def test_a_fleet_against_a_served_model_fuses_its_predicts_there() -> None
     assert max(model.batch_sizes) > 1
 
 
-def test_a_fleets_model_runs_auto_by_default_as_for_one_served_env() -> None:
-    from trio_rlmesh._facade import _model_user_code
+class _Threads(Balancer):
+    """Notes the thread each (grouped) predict runs on."""
 
-    assert _model_user_code(RunLocalOptions(["127.0.0.1:1", "127.0.0.1:2"])) == "auto"
-    assert _model_user_code(RunLocalOptions("127.0.0.1:1")) == "auto"
-    fleet = RunLocalOptions(["127.0.0.1:1", "127.0.0.1:2"], user_code="thread")
-    assert _model_user_code(fleet) == "thread"
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[int] = []
+
+    def predict(self, observation: Any) -> Any:
+        self.threads.append(threading.get_ident())
+        return super().predict(observation)
+
+
+@pytest.mark.parametrize(("user_code", "first_on_loop"), [(None, False), ("inline", True)])
+async def test_a_fleets_model_runs_auto_by_default_as_for_one_served_env(
+    user_code: str | None, first_on_loop: bool
+) -> None:
+    # "auto" (the default for served envs, a fleet's included) starts on the model's
+    # thread; an in-process env's default, "inline", would run it on the loop.
+    model = _Threads()
+    with trio.fail_after(60):
+        async with served(2) as addresses:
+            options = RunLocalOptions(
+                addresses, max_episodes=2, max_episode_steps=3, user_code=user_code
+            )
+            assert (await run_local(model, options)).status == "completed"
+    assert (model.threads[0] == threading.get_ident()) is first_on_loop

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import queue
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -461,31 +460,37 @@ async def test_user_code_decides_where_the_models_predicts_run(user_code: str | 
 
 
 class _SlowOnce(_Where):
-    """Notes each predict's thread in order; predict ``slow_at`` (1-based) takes 50 ms."""
+    """Notes each predict's thread in order; predict ``slow_at`` (1-based) takes 50 ms of
+    the run's clock (a MockClock jump: the worker times calls with the run's clock, so
+    the slow call is slow however loaded the machine is)."""
 
-    def __init__(self, slow_at: int) -> None:
+    def __init__(self, clock: MockClock, slow_at: int) -> None:
         super().__init__()
+        self.clock = clock
         self.order: list[int] = []
         self.slow_at = slow_at
 
     def predict(self, observation: Any) -> Any:
         self.order.append(threading.get_ident())
         if len(self.order) == self.slow_at:
-            time.sleep(0.05)
+            self.clock.jump(0.05)
         return super().predict(observation)
 
 
 @pytest.mark.parametrize("slow_at", [3, 40])
 async def test_by_default_a_slow_predict_against_a_served_env_sends_the_next_to_the_thread(
-    slow_at: int,
+    slow_at: int, mock_clock: MockClock
 ) -> None:
     # A predict of 50 ms is slow whether it ran on the thread (3) or, after a run of quick
     # ones, most likely inline (40): either way the predict after it leaves the loop free.
-    model = _SlowOnce(slow_at)
+    # The clock runs at real speed (real sockets), the slow predict adds 50 ms to it.
+    mock_clock.rate = 1.0
+    model = _SlowOnce(mock_clock, slow_at)
     with trio.fail_after(60):
         async with serving(gym.make(CARTPOLE)) as address:
             options = RunLocalOptions(address, max_episodes=1, max_episode_steps=slow_at + 2)
             assert (await run_local(model, options)).status == "completed"
+    assert len(model.order) >= slow_at + 1
     assert model.order[0] != threading.get_ident()
     assert model.order[slow_at] != threading.get_ident()
 
@@ -558,7 +563,7 @@ async def test_by_default_quick_predicts_against_a_served_env_run_inline(
 ) -> None:
     # The run's clock stands still, so every predict is quick: after 8 on the model's
     # thread, the rest run on the trio thread.
-    model = _SlowOnce(slow_at=0)
+    model = _SlowOnce(mock_clock, slow_at=0)
     async with serving(gym.make(CARTPOLE)) as address:
         options = RunLocalOptions(address, max_episodes=1, max_episode_steps=12)
         assert (await run_local(model, options)).status == "completed"

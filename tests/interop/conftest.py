@@ -20,6 +20,8 @@ import trio
 
 from trio_rlmesh.transports.grpc import BACKENDS, BackendName
 
+from .._process import first_line
+
 HERE = Path(__file__).parent
 SERVE_ENV = HERE / "serve_env.py"
 STARTUP_TIMEOUT = 60.0
@@ -29,25 +31,23 @@ STARTUP_TIMEOUT = 60.0
 async def script_server(
     script: Path, kind: str, env: dict[str, str] | None = None, args: Sequence[str] = ()
 ) -> AsyncIterator[str]:
-    """Run ``script KIND READY_FILE *args`` in a subprocess; yield the address it writes there.
+    """Run ``script KIND READY_FILE *args`` in a subprocess; yield the address it prints
+    (first stdout line) once serving, as it also writes to ``READY_FILE``.
 
-    Both the rlmesh server script and ours follow that protocol. The process is
+    Both the rlmesh server scripts and ours follow that protocol. The process is
     terminated (then killed after 10 s) when the block exits.
     """
     with tempfile.TemporaryDirectory() as tmp:
         ready = Path(tmp) / "address"
         process = await trio.lowlevel.open_process(
             [sys.executable, str(script), kind, str(ready), *args],
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             env={**os.environ, **(env or {})},
         )
         try:
             with trio.fail_after(STARTUP_TIMEOUT):
-                while not ready.exists():
-                    if process.poll() is not None:
-                        raise RuntimeError(f"{script.name} for {kind!r} exited early")
-                    await trio.sleep(0.05)
-            yield ready.read_text().strip()
+                address = await first_line(process, f"{script.name} for {kind!r}")
+            yield address
         finally:
             process.terminate()
             with trio.CancelScope(shield=True), trio.move_on_after(10) as scope:

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import trio
 
+from tests._process import first_line
 from tests.transports.grpc.servers import env_handshake
 from tests.transports.grpc.wire import open_raw_client
 from trio_rlmesh.transports.grpc import BackendName
@@ -227,11 +228,8 @@ async def test_rlmesh_client_sees_a_status_when_our_server_stops_mid_run(
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
             )
-            assert client.stdout is not None
-            ready = b""
-            while not ready.endswith(b"\n"):
-                ready += await client.stdout.receive_some(1)
-            assert ready == b"READY\n"  # from here on it steps without pause
+            # From READY on it steps without pause.
+            assert await first_line(client, "the rlmesh client") == "READY"
         # The server has stopped (the block above terminated it) while the client stepped.
         assert client.stderr is not None
         async with trio.open_nursery() as nursery:

@@ -24,8 +24,7 @@ import pytest
 import trio
 
 from trio_rlmesh import ModelError, RunLocalOptions, TransportError, run_remote
-from trio_rlmesh.protocol import core_v1, meta_to_python, model_v1, spaces_v1
-from trio_rlmesh.protocol._spacespec import space_to_spec
+from trio_rlmesh.protocol import core_v1, meta_to_python, model_v1, space_to_spec, spaces_v1
 from trio_rlmesh.runtime._internal import route_request
 from trio_rlmesh.spaces import decode_batch, encode_lanes, from_gymnasium
 from trio_rlmesh.transports.grpc import (

@@ -6,8 +6,7 @@ from __future__ import annotations
 import betterproto2
 import pytest
 
-from trio_rlmesh.protocol import core_v1, env_v1, model_v1, spaces_v1
-from trio_rlmesh.protocol._spacespec import space_to_spec, spec_to_space
+from trio_rlmesh.protocol import core_v1, env_v1, model_v1, space_to_spec, spaces_v1, spec_to_space
 from trio_rlmesh.spaces import Box, DType
 
 SPACE_VALUE = spaces_v1.SpaceValue(leaves=[b"\x01\x02\x03", b"\x04\x05"])

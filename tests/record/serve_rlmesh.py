@@ -1,7 +1,8 @@
 """Serve :class:`envs.Stepper` (rendering ``rgb_array``) with the real ``rlmesh.EnvServer``.
 
 Usage: ``python serve_rlmesh.py KIND READY_FILE`` (``KIND`` is ``stepper``), the protocol of
-``tests.interop.conftest.script_server``: the bound address goes to ``READY_FILE``.
+``tests.interop.conftest.script_server``: the bound address goes to ``READY_FILE`` and
+stdout.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def main() -> None:
     with open(tmp, "w") as out:
         out.write(server.address)
     os.replace(tmp, ready_file)
+    print(server.address, flush=True)
     server.serve()
 
 

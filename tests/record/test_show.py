@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trio_rlmesh.record._show import DatasetSummary, _returns_figure
+from trio_rlmesh.record import DatasetSummary
+from trio_rlmesh.record._show import _returns_figure
 from trio_rlmesh.runtime._internal import summarize
 
 pytest.importorskip("rliable.library", reason="needs the analysis extra")

@@ -15,7 +15,7 @@ from trio_rlmesh.runtime import ModelPrediction
 from trio_rlmesh.runtime._advisories import FailureLog, advisories
 from trio_rlmesh.runtime._calls import Call, Outcome, PredictBatcher
 from trio_rlmesh.runtime._episodes import EpisodeBook
-from trio_rlmesh.runtime._plans import ActionPlan
+from trio_rlmesh.runtime._plans import ActionSource
 from trio_rlmesh.runtime._pool import EpisodePool
 
 
@@ -150,7 +150,7 @@ async def test_the_batcher_fuses_waiting_predicts_into_one_call(autojump_clock: 
 
 def test_advisories_come_from_the_counters_of_the_book_plans_and_failures() -> None:
     book = EpisodeBook(num_envs=2, owns_resets=False, pool=EpisodePool(max_episodes=3))
-    plan: ActionPlan[str] = ActionPlan(book, (0, 1), wants_history=True)
+    plan: ActionSource[str] = ActionSource(book, (0, 1), wants_history=True)
     failures = FailureLog()
     assert advisories(book, [plan], failures) == (
         "the model asked for observation history, which is delivered only for one-lane "

@@ -1,4 +1,4 @@
-"""ActionPlan: replay, prefetch offsets, history rows, the seen flag and invalidation.
+"""ActionSource: replay, prefetch offsets, history rows, the seen flag and invalidation.
 
 Synchronous and table-driven, like the EpisodeBook tests: the plan does no I/O, so
 every rule is checked by feeding it events and reading what it decides.
@@ -13,7 +13,7 @@ import pytest
 
 from trio_rlmesh.protocol import model_v1, spaces_v1
 from trio_rlmesh.runtime._episodes import EpisodeBook
-from trio_rlmesh.runtime._plans import ActionPlan
+from trio_rlmesh.runtime._plans import ActionSource
 from trio_rlmesh.runtime._pool import EpisodePool
 
 
@@ -33,7 +33,7 @@ def ctx(n: int = 1) -> model_v1.AdapterContext:
     return model_v1.AdapterContext(session_id="s", env_id="e", request_id=f"r{n}")
 
 
-def started(num_envs: int = 1, **plan_kw: Any) -> tuple[EpisodeBook, ActionPlan[str]]:
+def started(num_envs: int = 1, **plan_kw: Any) -> tuple[EpisodeBook, ActionSource[str]]:
     counter = itertools.count(1)
     book = EpisodeBook(
         num_envs=num_envs,
@@ -43,12 +43,12 @@ def started(num_envs: int = 1, **plan_kw: Any) -> tuple[EpisodeBook, ActionPlan[
     )
     book.begin_reset(list(range(num_envs)))
     book.reset_done(list(range(num_envs)), now=0.0)
-    plan: ActionPlan[str] = ActionPlan(book, tuple(range(num_envs)), **plan_kw)
+    plan: ActionSource[str] = ActionSource(book, tuple(range(num_envs)), **plan_kw)
     assert plan.reset(value("o0")) is None
     return book, plan
 
 
-def step(book: EpisodeBook, plan: ActionPlan[str], observation: str) -> None:
+def step(book: EpisodeBook, plan: ActionSource[str], observation: str) -> None:
     """What the driver does after every env step that ended no episode."""
     book.record_step(plan.lanes, [1.0] * len(plan.lanes), now=0.0)
     plan.observe(value(observation))

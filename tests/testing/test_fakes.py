@@ -1,14 +1,16 @@
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import ClassVar
 
+import numpy as np
 import pytest
 import trio
 from trio.testing import MockClock
 
 from trio_rlmesh import EnvError, ModelError
-from trio_rlmesh.protocol import env_v1, model_v1, spaces_v1
+from trio_rlmesh.protocol import env_v1, model_v1, space_to_spec, spaces_v1, spec_to_space
 from trio_rlmesh.runtime import EnvStepResult, ModelPrediction, RuntimeEnv, RuntimeModel
+from trio_rlmesh.spaces import Box, Dict, Discrete, Text, Tuple, decode_batch, encode_lanes
 from trio_rlmesh.testing import (
     ConformanceError,
     FakeEnv,
@@ -17,8 +19,6 @@ from trio_rlmesh.testing import (
     check_runtime_env,
     check_runtime_model,
 )
-from trio_rlmesh.testing._fakes import decode_observation
-from trio_rlmesh.testing._leaves import leaf_count, zero_leaves
 
 
 @pytest.mark.parametrize(
@@ -78,28 +78,31 @@ async def test_model_check_catches_wrong_frame_width() -> None:
             prediction.response.actions[0].leaves = [b"\x00"]
             return prediction
 
-    with pytest.raises(ConformanceError, match="frame 0 leaf is 1 bytes"):
+    with pytest.raises(
+        ConformanceError, match=r"frame 0 is not a 1-lane value of its space: .* got 1 bytes"
+    ):
         await check_runtime_model(Narrow(), FakeEnv().contract)
 
 
 async def test_fake_env_next_step_rolls_and_adopts_pushed_ids() -> None:
     env = FakeEnv(num_envs=2, autoreset="next_step", episode_length=[1, 2])
     await env.reset(env_v1.ResetRequest(episode_ids=["a", "b"]))
-    action = spaces_v1.SpaceValue(leaves=zero_leaves(env.action_space, 2))
+    action = spaces_v1.SpaceValue(leaves=encode_lanes(spec_to_space(env.action_space), [0, 0]))
     first = (await env.step(env_v1.StepRequest(action=action, episode_ids=["a", "b"]))).response
     assert [(m.episode_id, m.env_index) for m in first.completed_episodes] == [("a", 0)]
     assert first.terminated_mask == b"\x01\x00"
     second = (await env.step(env_v1.StepRequest(action=action, episode_ids=["c", "b"]))).response
     assert list(second.rewards) == [0.0, 1.0]
     assert [m.episode_id for m in second.completed_episodes] == ["b"]
-    assert decode_observation(second.observation.leaves)[0].tolist() == [0.0, 0.0, 2.0, 0.0]
+    observations = decode_batch(spec_to_space(env.observation_space), second.observation.leaves, 2)
+    assert observations[0].tolist() == [0.0, 0.0, 2.0, 0.0]
 
 
 async def test_fake_env_echoes_interrupted_episodes() -> None:
     env = FakeEnv(episode_length=None)
     await env.reset(env_v1.ResetRequest(episode_ids=["a"], seeds=[3]))
     await env.reset(env_v1.ResetRequest(episode_ids=["b"]))
-    action = spaces_v1.SpaceValue(leaves=zero_leaves(env.action_space, 1))
+    action = spaces_v1.SpaceValue(leaves=encode_lanes(spec_to_space(env.action_space), [0]))
     response = (await env.step(env_v1.StepRequest(action=action))).response
     (echo,) = response.completed_episodes
     assert (echo.episode_id, echo.seed, echo.truncated, echo.terminated) == ("a", 3, True, False)
@@ -136,22 +139,35 @@ async def test_fake_model_policy_and_chunks() -> None:
     ]
 
 
-def test_leaf_helpers_cover_containers_and_text() -> None:
-    box = spaces_v1.SpaceSpec(
-        shape=[2, 3], dtype=spaces_v1.DataType.UINT8, box=spaces_v1.BoxSpec(unbounded=True)
+async def test_the_env_check_steps_with_the_simplest_value_of_any_action_space() -> None:
+    """The action the check sends when given none: zeros clipped into a Box's bounds, a
+    Discrete's start, the shortest Text of its charset, in Dict and Tuple containers."""
+    tree = Dict(
+        {
+            "a": Box.from_bounds(np.array([0.5, -2.0]), np.array([1.0, 2.0]), shape=(2,)),
+            "b": Tuple([Discrete(3, start=-1), Text(4, min_length=2, charset="xy")]),
+        }
     )
-    disc = spaces_v1.SpaceSpec(
-        dtype=spaces_v1.DataType.INT64, discrete=spaces_v1.DiscreteSpec(n=3, start=-1)
-    )
-    text = spaces_v1.SpaceSpec(text=spaces_v1.TextSpec(min_length=1, max_length=4))
-    tree = spaces_v1.SpaceSpec(
-        dict=spaces_v1.DictSpec(
-            keys=["a", "b"],
-            spaces=[box, spaces_v1.SpaceSpec(tuple=spaces_v1.TupleSpec(spaces=[disc, text]))],
-        )
-    )
-    assert leaf_count(tree) == 3
-    leaves: Sequence[bytes] = zero_leaves(tree, 2)
-    assert leaves[0] == bytes(12)
-    assert leaves[1] == b"\xff" * 16
-    assert leaves[2] == (2).to_bytes(8, "little") + (1).to_bytes(8, "little") * 2 + b"aa"
+
+    class TreeActions(FakeEnv):
+        sent: ClassVar[list[list[bytes]]] = []
+
+        @property
+        def action_space(self) -> spaces_v1.SpaceSpec:
+            return space_to_spec(tree)
+
+        async def step(self, request: env_v1.StepRequest) -> EnvStepResult:
+            self.sent.append(request.action.leaves)
+            lanes = len(request.env_indices) or self.num_envs
+            plain = encode_lanes(spec_to_space(super().action_space), [0] * lanes)
+            request.action = spaces_v1.SpaceValue(leaves=plain)
+            return await super().step(request)
+
+    env = TreeActions(num_envs=2)
+    await check_runtime_env(env, env.contract)
+    first = env.sent[0]
+    value = decode_batch(tree, first, 2)
+    a, (b, c) = value["a"], value["b"]
+    assert a.tolist() == [[0.5, 0.0]] * 2
+    assert b.tolist() == [-1, -1]
+    assert list(c) == ["xx", "xx"]

@@ -17,12 +17,11 @@ import trio
 
 from tests.interop.envs import OldGymEnv, OldGymVectorEnv
 from trio_rlmesh import RunLocalOptions, run_local
-from trio_rlmesh._facade import _run_session
 from trio_rlmesh.protocol import env_v1, spaces_v1
 from trio_rlmesh.runtime import RuntimeReport
 from trio_rlmesh.spaces import Box, Discrete, Tuple, encode_batch
 from trio_rlmesh.transports._gym_compat import normalize_reset, normalize_step
-from trio_rlmesh.transports.inprocess import GymEnvRuntimeEnv, ModelHandlerRuntimeModel
+from trio_rlmesh.transports.inprocess import GymEnvRuntimeEnv
 
 from ..facade.helpers import serving
 
@@ -156,12 +155,6 @@ def _summary(report: RuntimeReport) -> list[tuple[Any, ...]]:
     ]
 
 
-async def _in_process(env: Any, options: RunLocalOptions) -> RuntimeReport:
-    adapter = GymEnvRuntimeEnv(env)
-    model = ModelHandlerRuntimeModel(Policy())
-    return await _run_session(adapter, model, contract=adapter.contract, options=options)
-
-
 @pytest.mark.network
 @pytest.mark.parametrize(
     ("make", "episode_seeds", "expected"),
@@ -182,10 +175,8 @@ async def _in_process(env: Any, options: RunLocalOptions) -> RuntimeReport:
 async def test_an_old_gym_env_runs_the_same_in_process_and_served(
     make: Any, episode_seeds: tuple[int, ...], expected: list[tuple[int, bool, bool]]
 ) -> None:
-    options = RunLocalOptions(  # no address: _in_process hands the env over itself
-        None, episode_seeds=episode_seeds, max_episodes=len(expected)
-    )
-    local = await _in_process(make(), options)
+    options = RunLocalOptions(make(), episode_seeds=episode_seeds, max_episodes=len(expected))
+    local = await run_local(Policy(), options)
     with trio.fail_after(60):
         async with serving(make()) as address:
             served = await run_local(Policy(), attrs.evolve(options, env_address=address))
@@ -216,8 +207,5 @@ class OldCounter:
 
 
 async def test_an_old_env_with_an_integer_observation_runs() -> None:
-    options = RunLocalOptions(None, max_episodes=2)  # _in_process hands the env over
-    adapter = GymEnvRuntimeEnv(OldCounter())
-    model = ModelHandlerRuntimeModel(Zero())
-    report = await _run_session(adapter, model, contract=adapter.contract, options=options)
+    report = await run_local(Zero(), RunLocalOptions(OldCounter(), max_episodes=2))
     assert [(e.steps, e.terminated, e.truncated) for e in report.episodes] == [(2, True, False)] * 2

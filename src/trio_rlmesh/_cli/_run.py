@@ -200,7 +200,7 @@ def add_run_parser(commands: Any) -> None:
 
 
 @attrs.frozen
-class _Plan:
+class _CheckedRun:
     """A run, checked and loaded before anything starts."""
 
     options: RunLocalOptions
@@ -314,7 +314,7 @@ def _run_options(
     return options
 
 
-def _plan(args: argparse.Namespace) -> _Plan:
+def _plan(args: argparse.Namespace) -> _CheckedRun:
     """Check every argument and load every target, before anything starts."""
     check_writable(args.json, "--json")
     kwargs = env_kwargs(args.env_kwargs, args.env_arg)
@@ -378,7 +378,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     env_token = _token(args, "env", env_addresses[0] if env_addresses else None)
     # Servers started later (Ray actors) are not known yet: the options hear of them then.
     known = env_addresses or (None if ray_envs is not None else env)
-    return _Plan(
+    return _CheckedRun(
         _run_options(args, known, env_token, record),
         env_label,
         env_addresses,
@@ -457,7 +457,7 @@ class _DriverSlot:
 
 
 async def _evaluate(
-    args: argparse.Namespace, plan: _Plan, console: Console, interrupts: Interrupts
+    args: argparse.Namespace, plan: _CheckedRun, console: Console, interrupts: Interrupts
 ) -> RuntimeReport:
     from ..transports.grpc import serve_env
 
@@ -507,7 +507,7 @@ async def _evaluate(
     return slot.report
 
 
-def _ray_fleet(plan: _Plan) -> AbstractAsyncContextManager[Sequence[str]]:
+def _ray_fleet(plan: _CheckedRun) -> AbstractAsyncContextManager[Sequence[str]]:
     """``--ray-envs N``: the env target served on N Ray actors, for the run."""
     from ..ray import env_fleet
 
@@ -524,7 +524,7 @@ def _ray_fleet(plan: _Plan) -> AbstractAsyncContextManager[Sequence[str]]:
 
 
 async def _drive(
-    plan: _Plan,
+    plan: _CheckedRun,
     options: Any,
     hooks: RuntimeHooks,
     slot: _DriverSlot,
@@ -575,7 +575,7 @@ def _addresses(env_address: str | Sequence[str]) -> Sequence[str]:
     return [env_address] if isinstance(env_address, str) else env_address
 
 
-def _announce(plan: _Plan, model_label: str, addresses: Sequence[str]) -> None:
+def _announce(plan: _CheckedRun, model_label: str, addresses: Sequence[str]) -> None:
     """The first line: what is evaluated on what (a fleet: on which servers)."""
     count = plural(plan.episodes, "episode")
     where = ", ".join(addresses)
@@ -584,7 +584,7 @@ def _announce(plan: _Plan, model_label: str, addresses: Sequence[str]) -> None:
     sys.stderr.flush()
 
 
-async def _baseline(plan: _Plan, address: str, token: str | None) -> tuple[Any, str]:
+async def _baseline(plan: _CheckedRun, address: str, token: str | None) -> tuple[Any, str]:
     """The policy ``--model random`` or no ``--model`` stands for, from the env's contract."""
     info = await env_contract(address, token, plan.grpc_backend)
     if plan.baseline == "default" and is_cartpole(info):
@@ -609,7 +609,7 @@ _TOKEN_SOURCES: dict[Side, str] = {
 }
 
 
-async def _explain_connect_failure(error: TransportError, plan: _Plan) -> Error:
+async def _explain_connect_failure(error: TransportError, plan: _CheckedRun) -> Error:
     """Say what a failed connect means on the command line.
 
     An address given for one service that serves the other (an env server passed as

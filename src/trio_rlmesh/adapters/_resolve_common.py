@@ -174,7 +174,3 @@ class Notes:
                     "intentionally non-standard",
                 )
             )
-
-
-def parts_of(values: Sequence[str | None]) -> list[str]:
-    return sorted({v for v in values if v is not None})

@@ -120,10 +120,6 @@ class Corners:
         """A batched un-chunked corner exists (authored, or de-chunked from chunk-batch)."""
         return self.predict_batch is not None or self.predict_chunk_batch is not None
 
-    @property
-    def has_any_chunk(self) -> bool:
-        return self.has_chunk
-
 
 def _authored(obj: object, name: str) -> Callable[..., Any] | None:
     from ._model import Model

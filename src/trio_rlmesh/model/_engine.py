@@ -160,7 +160,9 @@ def _episode_end_hook(model: object) -> Callable[[str], None] | None:
 
 
 @attrs.define
-class _Route:
+class _RouteHorizon:
+    """A resolved route's contract, and the execution horizon its predicts run with."""
+
     contract: RouteContract
     horizon: int
 
@@ -258,7 +260,7 @@ class ModelEngine:
         self._load_lock = trio.Lock()
         self._load_error: ModelError | None = None
         self._corners: Corners = find_corners(model)
-        self._routes: dict[str, _Route] = {}
+        self._routes: dict[str, _RouteHorizon] = {}
         self._store = EpisodeStore(_episode_end_hook(model))
         self._route_setup = _EngineRoutes(self)
         self._adapter_ns = 0
@@ -427,7 +429,7 @@ class ModelEngine:
                 f"the model cannot supply {horizon} actions per predict",
                 code="INVALID_REQUEST",
             )
-        self._routes[env_id] = _Route(contract, horizon)
+        self._routes[env_id] = _RouteHorizon(contract, horizon)
         return RouteNeeds(history=None, native_chunk=native)
 
     def reset_adapter_sync(self, env_id: str, episode_ids: Sequence[str]) -> None:

@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from .._errors import Error
-from ..protocol import EnvContractInfo, core_v1, spec_to_space
+from ..protocol import core_v1, spec_to_space
 from ..spaces import Space, unstack
 
 __all__ = [
@@ -87,17 +87,6 @@ class RouteContract:
     """Env metadata as plain Python values."""
     num_envs: int = 1
     """Lane count when known (1 on the served path)."""
-
-    @classmethod
-    def from_env_contract(cls, info: EnvContractInfo) -> RouteContract:
-        """Build from a decoded handshake contract (the in-process path)."""
-        return cls(
-            env_name=info.env_id,
-            observation_space=info.observation_space,
-            action_space=info.action_space,
-            metadata=dict(info.metadata),
-            num_envs=info.num_envs,
-        )
 
     @classmethod
     def from_env_spec(cls, spec: core_v1.EnvSpec) -> RouteContract:

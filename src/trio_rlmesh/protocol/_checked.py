@@ -42,23 +42,23 @@ def _wire_types(proto_type: str, repeated: bool) -> frozenset[int]:
 
 
 @attrs.define
-class _Plan:
+class _Repairs:
     """What to fix in a parsed message: the winning arm per oneof, and nested plans."""
 
     oneofs: dict[str, str] = attrs.field(factory=dict)
     fields: dict[str, Any] = attrs.field(factory=dict)
-    """field name -> _Plan (singular), list[_Plan | None] (repeated) or
-    dict[key, _Plan] (map of messages)."""
+    """field name -> _Repairs (singular), list[_Repairs | None] (repeated) or
+    dict[key, _Repairs] (map of messages)."""
 
     def __bool__(self) -> bool:
         return bool(self.oneofs or self.fields)
 
 
-def _walk(data: bytes, message_type: Any, pos: int, end: int) -> _Plan:
+def _walk(data: bytes, message_type: Any, pos: int, end: int) -> _Repairs:
     meta = message_type._betterproto
     names = meta.field_name_by_number
     fields = meta.meta_by_field_name
-    plan = _Plan()
+    plan = _Repairs()
     while pos < end:
         key, pos = read_varint(data, pos, end)
         number, wire_type = key >> 3, key & 7
@@ -82,7 +82,7 @@ def _walk(data: bytes, message_type: Any, pos: int, end: int) -> _Plan:
             except UnicodeDecodeError as exc:
                 raise ValueError(f"{message_type.__name__}.{name} is not valid UTF-8") from exc
         elif field.proto_type == "message":
-            child: _Plan = _walk(data, meta.cls_by_field[name], start, pos)
+            child: _Repairs = _walk(data, meta.cls_by_field[name], start, pos)
             if field.repeated:
                 plan.fields.setdefault(name, []).append(child or None)
             elif child:
@@ -107,11 +107,11 @@ def _walk_map_entry(
     end: int,
     owner: Any,
     name: str,
-) -> tuple[Any, _Plan | None]:
+) -> tuple[Any, _Repairs | None]:
     key_meta, value_meta = field.map_meta
     key: Any = None
-    plan: _Plan | None = None
-    child: _Plan
+    plan: _Repairs | None = None
+    child: _Repairs
     while pos < end:
         tag, pos = read_varint(data, pos, end)
         number, wire_type = tag >> 3, tag & 7
@@ -145,7 +145,7 @@ def check_wire(data: bytes, message_type: type[Any]) -> None:
     _walk(data, message_type, 0, len(data))
 
 
-def _apply(message: Any, plan: _Plan) -> None:
+def _apply(message: Any, plan: _Repairs) -> None:
     meta = type(message)._betterproto
     for group, winner in plan.oneofs.items():
         for field in meta.oneof_field_by_group[group]:
@@ -155,7 +155,7 @@ def _apply(message: Any, plan: _Plan) -> None:
         value = getattr(message, name, None)
         if value is None:
             continue
-        if isinstance(nested, _Plan):
+        if isinstance(nested, _Repairs):
             _apply(value, nested)
         elif isinstance(nested, list):
             for item, item_plan in zip(value, nested, strict=False):

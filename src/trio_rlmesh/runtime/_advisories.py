@@ -2,7 +2,7 @@
 
 Pure: the texts are built from counters the run's state machines keep
 (:class:`~trio_rlmesh.runtime._episodes.EpisodeBook` and its pool,
-:class:`~trio_rlmesh.runtime._plans.ActionPlan`) and from the :class:`FailureLog` of
+:class:`~trio_rlmesh.runtime._plans.ActionSource`) and from the :class:`FailureLog` of
 calls whose failure does not fail the run.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._episodes import EpisodeBook
-from ._plans import ActionPlan
+from ._plans import ActionSource
 
 __all__ = ["FailureLog", "advisories"]
 
@@ -43,7 +43,7 @@ class FailureLog:
 
 
 def advisories(
-    book: EpisodeBook, plans: Iterable[ActionPlan[Any]], failures: FailureLog
+    book: EpisodeBook, plans: Iterable[ActionSource[Any]], failures: FailureLog
 ) -> tuple[str, ...]:
     """The advisory lines of a run's report, in a fixed order."""
     plans = list(plans)

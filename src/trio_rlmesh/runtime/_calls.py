@@ -42,7 +42,7 @@ from ._telemetry import OpSinks, TelemetryRecorder
 
 if TYPE_CHECKING:
     from ._episodes import EpisodeBook
-    from ._plans import ActionPlan
+    from ._plans import ActionSource
     from ._spec import RuntimeSessionSpec
 
 __all__ = [
@@ -347,7 +347,7 @@ class Predictor:
         """The driver's runtime step now."""
 
     async def alone(
-        self, plan: ActionPlan[Any], request: model_v1.PredictRequest
+        self, plan: ActionSource[Any], request: model_v1.PredictRequest
     ) -> ModelPrediction:
         """Predict for ``plan``'s group with the model's own ``predict``."""
         call = self.call
@@ -370,7 +370,7 @@ class Predictor:
     def settle(
         self,
         requests: Sequence[model_v1.PredictRequest],
-        plans: Sequence[ActionPlan[Any]],
+        plans: Sequence[ActionSource[Any]],
         outcomes: list[Outcome],
         ms: float,
         group_size: int,
@@ -504,7 +504,9 @@ class Prefetch:
         return self.outcome
 
 
-class _Waiter(Generic[_K]):
+class _QueuedPredict(Generic[_K]):
+    """One predict request in the batcher's queue, and its outcome once the batch ran."""
+
     __slots__ = ("done", "key", "outcome", "request")
 
     def __init__(self, request: model_v1.PredictRequest, key: _K) -> None:
@@ -536,11 +538,11 @@ class PredictBatcher(Generic[_K]):
 
     def __init__(self, fused: FusedPredict[_K]) -> None:
         self._fused = fused
-        self._pending: list[_Waiter[_K]] = []
+        self._pending: list[_QueuedPredict[_K]] = []
         self._wakeup = trio.Event()
 
     async def submit(self, request: model_v1.PredictRequest, key: _K) -> ModelPrediction:
-        waiter = _Waiter(request, key)
+        waiter = _QueuedPredict(request, key)
         self._pending.append(waiter)
         self._arrived(key)
         try:

@@ -4,7 +4,7 @@ This module is the loop of ``docs/driver.md`` and the I/O around it; the rules l
 pure, synchronously tested machines: lane state in
 :class:`~trio_rlmesh.runtime._episodes.EpisodeBook` (ids, rewards, completions, caps),
 what each episode is and the quota in :class:`~trio_rlmesh.runtime._pool.EpisodePool`
-(indices, seeds), action planning in :class:`~trio_rlmesh.runtime._plans.ActionPlan`
+(indices, seeds), action planning in :class:`~trio_rlmesh.runtime._plans.ActionSource`
 (replay, prefetch, history), report advisories in :mod:`._advisories`, a run's ending in
 :func:`~trio_rlmesh.runtime._report.run_ending`. The driver reads its episodes from, and
 sends its predicts through, the run's :class:`~trio_rlmesh.runtime._fleet.Fleet` (a run of
@@ -44,7 +44,7 @@ from ._frames import check_renders, render_frames
 from ._hooks import HooksArg
 from ._ids import format_request_id
 from ._interfaces import RuntimeEnv, RuntimeModel
-from ._plans import ActionPlan
+from ._plans import ActionSource
 from ._report import CANCELLED_BY_CALLER, RunSetup, RunStatus, RuntimeReport, run_ending
 from ._spec import RuntimeSessionSpec, check_prefetch_lead, timeout_ms
 from ._telemetry import OpSinks, TelemetryRecorder
@@ -60,7 +60,7 @@ blocks yields on every call anyway."""
 _FOLD_ROUNDS = 256
 """Rounds between telemetry folds: a round records about 15 samples."""
 
-_Plan: TypeAlias = ActionPlan[Prefetch]
+_Source: TypeAlias = ActionSource[Prefetch]
 
 
 class RuntimeDriver:
@@ -136,7 +136,7 @@ class RuntimeDriver:
         self._fleet = fleet
         self._book = EpisodeBook.for_session(spec, fleet.pool)
         self._events = RunEvents(hooks, spec, self._book)
-        self._plans: list[_Plan] = []
+        self._plans: list[_Source] = []
         self._failures = FailureLog()
         limits = spec.limits
         self._background = Background(
@@ -293,8 +293,8 @@ class RuntimeDriver:
             if self._running_lanes == 0 or self._book.quota_reached:
                 self._lanes_scope.cancel()
 
-    def _new_plan(self, lanes: tuple[int, ...], env_indices: tuple[int, ...]) -> _Plan:
-        plan: _Plan = ActionPlan(
+    def _new_plan(self, lanes: tuple[int, ...], env_indices: tuple[int, ...]) -> _Source:
+        plan: _Source = ActionSource(
             self._book,
             lanes,
             env_indices,
@@ -304,7 +304,7 @@ class RuntimeDriver:
         self._plans.append(plan)
         return plan
 
-    async def _drive(self, plan: _Plan, planned: list[PlannedEpisode] | None = None) -> None:
+    async def _drive(self, plan: _Source, planned: list[PlannedEpisode] | None = None) -> None:
         """Run episodes on ``plan``'s group until the quota is met or its lane retires."""
         # A participant of the fleet's batcher until the group is done: a fused group
         # may wait (bounded) for every participant.
@@ -315,7 +315,7 @@ class RuntimeDriver:
         finally:
             fleet.leave()
 
-    async def _drive_group(self, plan: _Plan, planned: list[PlannedEpisode] | None) -> None:
+    async def _drive_group(self, plan: _Source, planned: list[PlannedEpisode] | None) -> None:
         book, events, now = self._book, self._events, self._now
         if not await self._reset(plan, planned):
             return
@@ -357,7 +357,7 @@ class RuntimeDriver:
 
     # -- resets, steps, completions ----------------------------------------------------------
 
-    async def _reset(self, plan: _Plan, planned: list[PlannedEpisode] | None = None) -> bool:
+    async def _reset(self, plan: _Source, planned: list[PlannedEpisode] | None = None) -> bool:
         book = self._book
         if planned is None:
             if not await self._fleet.wait_for_work(book):
@@ -393,7 +393,7 @@ class RuntimeDriver:
         return True
 
     async def _step(
-        self, plan: _Plan, frame: spaces_v1.SpaceValue
+        self, plan: _Source, frame: spaces_v1.SpaceValue
     ) -> tuple[env_v1.StepResponse, float]:
         """Step the group's lanes; returns the answer and when it came."""
         request = env_v1.StepRequest(
@@ -413,7 +413,7 @@ class RuntimeDriver:
 
     async def _after_step(
         self,
-        plan: _Plan,
+        plan: _Source,
         response: env_v1.StepResponse,
         now: float,
         frame: spaces_v1.SpaceValue,
@@ -443,7 +443,7 @@ class RuntimeDriver:
         self._cancel_prefetch(plan.end_episode())
         return True
 
-    async def _frames(self, plan: _Plan) -> tuple[bytes | None, ...]:
+    async def _frames(self, plan: _Source) -> tuple[bytes | None, ...]:
         """The env's rendering of the group's lane, as a PNG (``render=True`` only)."""
         return await render_frames(
             self._calls.render, self._spec, plan.env_indices, plan.lane, self._total_steps,
@@ -452,7 +452,7 @@ class RuntimeDriver:
 
     # -- actions: predict, prefetch ------------------------------------------------------------
 
-    async def _predicted_frame(self, plan: _Plan) -> spaces_v1.SpaceValue:
+    async def _predicted_frame(self, plan: _Source) -> spaces_v1.SpaceValue:
         """The frame to apply when nothing is queued: from the prefetch, or a fresh predict."""
         pending = plan.take_prefetch() if plan.prefetching else None
         if pending is not None:
@@ -464,7 +464,7 @@ class RuntimeDriver:
         prediction = await self._predict(plan, plan.request(self._context(plan.phase)))
         return plan.take_predicted(prediction.response.actions)
 
-    def _prefetch(self, plan: _Plan) -> None:
+    def _prefetch(self, plan: _Source) -> None:
         self._spawned += 1
         handle = Prefetch()
         request = plan.launch_prefetch(self._context(plan.phase), handle)

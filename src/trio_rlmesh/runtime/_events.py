@@ -36,7 +36,7 @@ from ._hooks import (
     StepCompleted,
     Telemetry,
 )
-from ._plans import ActionPlan
+from ._plans import ActionSource
 from ._spec import RuntimeSessionSpec
 from ._telemetry import Horizon, TelemetryRecorder, TelemetryRow
 
@@ -156,7 +156,7 @@ class RunEvents:
                 )
                 await self.dispatcher.fire("episode_completed", event)
 
-    async def observation(self, plan: ActionPlan[Any], step: int) -> None:
+    async def observation(self, plan: ActionSource[Any], step: int) -> None:
         """``transform_observation`` (its batch replaces the plan's), ``observation_emitted``."""
         book, lanes = self._book, plan.lanes
         operation = "env.reset" if plan.is_reset else "env.step"
@@ -181,7 +181,7 @@ class RunEvents:
         await self.dispatcher.fire("observation_emitted", event)
 
     async def action(
-        self, plan: ActionPlan[Any], frame: spaces_v1.SpaceValue, replayed: bool, step: int
+        self, plan: ActionSource[Any], frame: spaces_v1.SpaceValue, replayed: bool, step: int
     ) -> spaces_v1.SpaceValue:
         """``transform_action``, ``action_received``; returns the frame to send."""
         book, lanes = self._book, plan.lanes

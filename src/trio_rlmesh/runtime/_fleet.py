@@ -32,7 +32,7 @@ from .._errors import ModelError
 from ..protocol import model_v1
 from ._calls import Call, FusedPredict, Outcome, PredictBatcher, Predictor, call_fused
 from ._interfaces import ModelPrediction, RuntimeModel
-from ._plans import ActionPlan
+from ._plans import ActionSource
 from ._pool import EpisodePool
 from ._spec import RuntimeLimits
 from ._telemetry import TelemetryRecorder
@@ -51,11 +51,11 @@ FLEET_ROUTE = "fleet"
 _FOLD_CALLS = 1024
 """Fused calls between folds of the fleet's own telemetry (two samples a call)."""
 
-_Key: TypeAlias = tuple[Predictor, ActionPlan[Any]]
+_Key: TypeAlias = tuple[Predictor, ActionSource[Any]]
 _K = TypeVar("_K", bound=Hashable)
 
 Predict: TypeAlias = Callable[
-    [ActionPlan[Any], model_v1.PredictRequest], Awaitable[ModelPrediction]
+    [ActionSource[Any], model_v1.PredictRequest], Awaitable[ModelPrediction]
 ]
 """How a driver asks for one group's prediction (see :meth:`Fleet.predictor`)."""
 
@@ -137,7 +137,9 @@ class Fleet:
         if batcher is None:
             return member.alone
 
-        async def fused(plan: ActionPlan[Any], request: model_v1.PredictRequest) -> ModelPrediction:
+        async def fused(
+            plan: ActionSource[Any], request: model_v1.PredictRequest
+        ) -> ModelPrediction:
             return await batcher.submit(request, (member, plan))
 
         return fused

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 
 A *group* is the lanes that share one action batch: every lane of a lockstep env, or
-one lane of a lane endpoint. Its :class:`ActionPlan` decides, step by step, where the
+one lane of a lane endpoint. Its :class:`ActionSource` decides, step by step, where the
 next action comes from, and what each predict carries. The driver does the I/O (it
 calls the model, runs prefetch tasks, fires hooks) and tells the plan what happened:
 
@@ -52,7 +52,7 @@ from typing import Generic, TypeVar
 from ..protocol import model_v1, spaces_v1
 from ._episodes import EpisodeBook
 
-__all__ = ["ActionPlan"]
+__all__ = ["ActionSource"]
 
 H = TypeVar("H")
 """The driver's handle on a running prefetch (opaque to the plan)."""
@@ -60,13 +60,13 @@ H = TypeVar("H")
 _NO_OBSERVATION = spaces_v1.SpaceValue()
 
 
-class ActionPlan(Generic[H]):
+class ActionSource(Generic[H]):
     """Where one group's next action comes from: replay, prefetch or a fresh predict.
 
     >>> from trio_rlmesh.runtime._episodes import EpisodeBook
     >>> from trio_rlmesh.runtime._pool import EpisodePool
     >>> book = EpisodeBook(num_envs=1, owns_resets=True, pool=EpisodePool())
-    >>> plan: ActionPlan[str] = ActionPlan(book, (0,))
+    >>> plan: ActionSource[str] = ActionSource(book, (0,))
     >>> _ = book.begin_reset([0]); book.reset_done([0], now=0.0)
     >>> plan.reset(spaces_v1.SpaceValue(leaves=[b"o0"]))
     >>> plan.replay() is None  # nothing queued: predict

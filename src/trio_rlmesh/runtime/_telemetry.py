@@ -251,11 +251,6 @@ class TelemetryRecorder:
         for series in self._series.values():
             series.fold()
 
-    def record_ns(self, op: str, metric: str, nanoseconds: int | None) -> None:
-        """Record a nanosecond duration as milliseconds; ``None`` records nothing."""
-        if nanoseconds is not None:
-            self.record(op, metric, nanoseconds / 1e6)
-
     def snapshot(self, horizon: Horizon) -> list[TelemetryRow]:
         """One row per series with samples in ``horizon``, sorted by ``(op, metric)``."""
         rows = []

@@ -402,7 +402,9 @@ def _serve(jobs: queue.SimpleQueue[Any]) -> None:
         del job
 
 
-class _Waiter:
+class _TaskInLine:
+    """A task waiting for its turn on the worker, and the operation it will run."""
+
     __slots__ = ("operation", "task")
 
     def __init__(self, task: trio.lowlevel.Task, operation: str) -> None:
@@ -447,7 +449,7 @@ class ThreadWorker(Worker):
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._current: _Job | None = None
-        self._waiters: deque[_Waiter] = deque()
+        self._waiters: deque[_TaskInLine] = deque()
         self._fast = sync_wait > 0
         """Whether the next call waits synchronously first (the last one was quick)."""
 
@@ -558,7 +560,7 @@ class ThreadWorker(Worker):
         refusal = self._refusal(operation)
         if refusal is not None:
             raise refusal
-        waiter = _Waiter(trio.lowlevel.current_task(), operation)
+        waiter = _TaskInLine(trio.lowlevel.current_task(), operation)
         self._waiters.append(waiter)
 
         def abort(_raise_cancel: Any) -> trio.lowlevel.Abort:

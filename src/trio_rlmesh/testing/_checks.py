@@ -8,16 +8,17 @@ that differs from what the driver needs. Every call is bounded by ``call_timeout
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import numpy as np
 import trio
 
-from .._errors import Error
-from ..protocol import core_v1, env_v1, model_v1, spaces_v1
+from .. import spaces
+from .._errors import CodecError, Error
+from ..protocol import core_v1, env_v1, model_v1, spaces_v1, spec_to_space
 from ..protocol._internal import DEFAULT_ENV_TIMEOUT_MS
 from ..runtime import EnvResetResult, EnvStepResult, ModelPrediction, RuntimeEnv, RuntimeModel
 from ..runtime._internal import mint_uuid7, route_request
-from ._leaves import fixed_stride, leaf_count, zero_leaves
 
 __all__ = ["ConformanceError", "check_runtime_env", "check_runtime_model"]
 
@@ -58,17 +59,35 @@ def _check_value(
 ) -> None:
     _require(value is not None, f"{what} carries no value")
     assert value is not None
-    expected = leaf_count(space)
-    _require(
-        len(value.leaves) == expected, f"{what} has {len(value.leaves)} leaves, expected {expected}"
-    )
-    stride = fixed_stride(space)
-    if expected == 1 and stride is not None:
-        _require(
-            len(value.leaves[0]) == stride * lanes,
-            f"{what} leaf is {len(value.leaves[0])} bytes; {lanes} lane(s) of this space take "
-            f"{stride * lanes}",
-        )
+    # The codec is the one owner of the value layout: a value it decodes has the leaves,
+    # strides and framing the driver needs.
+    try:
+        spaces.decode_batch(spec_to_space(space), value.leaves, lanes)
+    except CodecError as exc:
+        raise ConformanceError(f"{what} is not a {lanes}-lane value of its space: {exc}") from exc
+
+
+def _filler(space: spaces.Space) -> Any:
+    """The simplest value of ``space`` for one lane: zeros within the bounds, a Discrete's
+    ``start``, the shortest Text."""
+    if isinstance(space, spaces.Dict):
+        return {key: _filler(child) for key, child in space.entries}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_filler(child) for child in space.spaces)
+    if isinstance(space, spaces.Box):
+        return np.clip(np.zeros_like(space.low), space.low, space.high)
+    if isinstance(space, spaces.Discrete):
+        return space.start
+    if isinstance(space, (spaces.MultiBinary, spaces.MultiDiscrete)):
+        return np.zeros(space.shape, dtype=space.dtype.numpy_dtype)
+    assert isinstance(space, spaces.Text)
+    return (space.charset[:1] or "a") * space.min_length
+
+
+def _simplest_leaves(space: spaces_v1.SpaceSpec, lanes: int) -> list[bytes]:
+    """A batched value of ``lanes`` lanes, each the simplest value of ``space``."""
+    decoded = spec_to_space(space)
+    return spaces.encode_lanes(decoded, [_filler(decoded)] * lanes)
 
 
 async def check_runtime_env(
@@ -107,7 +126,7 @@ async def check_runtime_env(
     _require(isinstance(reset, EnvResetResult), "env.reset must return an EnvResetResult")
     _check_value("the reset observation", reset.response.observation, observation_space, lanes)
 
-    leaves = list(action) if action is not None else zero_leaves(action_space, lanes)
+    leaves = list(action) if action is not None else _simplest_leaves(action_space, lanes)
     step = await _bounded(
         "env.step",
         call_timeout,
@@ -138,7 +157,7 @@ async def check_runtime_env(
 
     if subset_step and lanes > 1:
         last = lanes - 1
-        one = zero_leaves(action_space, 1) if action is None else None
+        one = _simplest_leaves(action_space, 1) if action is None else None
         if one is not None:
             lane_reset = await _bounded(
                 "a one-lane env.reset",
@@ -219,7 +238,7 @@ async def check_runtime_model(
                 env_id="conformance-env",
                 request_id=f"conformance-env:step_observation:{seq:06d}",
             ),
-            observation=spaces_v1.SpaceValue(leaves=zero_leaves(observation_space, width)),
+            observation=spaces_v1.SpaceValue(leaves=_simplest_leaves(observation_space, width)),
             episode_info=[model_v1.EpisodeInfo(episode_id=mint_uuid7()) for _ in range(width)],
         )
 

@@ -53,7 +53,7 @@ async def test_an_in_band_env_error_followed_by_the_stream_end_is_the_env_error(
                     assert error.code == "INTERNAL"
                     assert not error.recoverable
                     assert f"INTERNAL: {FATAL_MESSAGE}" in str(error)
-                    assert (error.operation, error.step) == ("env.step", 1)
+                    assert (error.operation, error.step) == ("env.step", None)
                     # The session is over, and the next request says how it ended: OK
                     # trailers (then RST_STREAM NO_ERROR) are a clean end, a bare reset a loss.
                     ended = (

@@ -20,10 +20,9 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from trio_rlmesh import OperationTimeout, RunLocalOptions
-from trio_rlmesh._facade import _run_session
+from trio_rlmesh import OperationTimeout, RunLocalOptions, run_local
+from trio_rlmesh.model import ModelHandler, as_handler
 from trio_rlmesh.runtime import RuntimeDriver, RuntimeLimits
-from trio_rlmesh.transports.inprocess import GymEnvRuntimeEnv, ModelHandlerRuntimeModel
 
 from ..._hang import Hang, hold_clock
 from .test_gym_env import Countdown
@@ -79,18 +78,20 @@ class HangingCountdown(Countdown):
         self.closed = True
 
 
-def _options(**limits: Any) -> RunLocalOptions:
-    # No address: _run_session is handed the env endpoint itself.
-    return RunLocalOptions(None, max_episodes=10, close_env=True, limits=RuntimeLimits(**limits))
+def _options(env: Any, env_code: str = "thread", **limits: Any) -> RunLocalOptions:
+    """A run of ``env`` in this process, its code where ``env_code`` says. (The model's
+    place is its handler's own: :func:`as_handler`'s ``user_code``, which the run's
+    ``user_code`` does not override.)"""
+    return RunLocalOptions(
+        env, max_episodes=10, close_env=True, user_code=env_code, limits=RuntimeLimits(**limits)
+    )
 
 
-async def _run_until_hung(
-    hang: Hang, env: GymEnvRuntimeEnv, model: ModelHandlerRuntimeModel, options: RunLocalOptions
-) -> Exception:
+async def _run_until_hung(hang: Hang, model: ModelHandler, options: RunLocalOptions) -> Exception:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(hold_clock, hang)
         with pytest.raises(Exception) as info:
-            await _run_session(env, model, contract=env.contract, options=options)
+            await run_local(model, options)
     assert isinstance(info.value, Exception)
     return info.value
 
@@ -101,9 +102,9 @@ async def test_a_hung_predict_fails_at_exactly_the_predict_deadline(
 ) -> None:
     # None: the default "auto" runs a model's first predicts on its thread as well.
     with Hang(after=4) as hang:  # episode 1 takes predicts 1-3; predict 5 hangs
-        env = GymEnvRuntimeEnv(Countdown(3), user_code="inline")
-        model = ModelHandlerRuntimeModel(Policy(hang), user_code=user_code)
-        error = await _run_until_hung(hang, env, model, _options(model_predict_timeout=2))
+        model = as_handler(Policy(hang), user_code=user_code)
+        options = _options(Countdown(3), "inline", model_predict_timeout=2)
+        error = await _run_until_hung(hang, model, options)
         assert isinstance(error, OperationTimeout)
         assert (error.operation, error.timeout, error.step) == ("model.predict", 2, 4)
         assert "model.predict timed out after 2s" in str(error)
@@ -121,10 +122,9 @@ async def test_a_hung_env_call_fails_at_its_deadline_and_closing_does_not_wait_f
 ) -> None:
     with Hang(after=5) as hang:  # the 6th step or reset hangs
         user_env = HangingCountdown(hang, where)
-        env = GymEnvRuntimeEnv(user_env)
-        model = ModelHandlerRuntimeModel(Policy(), user_code="inline")
-        options = _options(**{limit: 3, "service_close_timeout": 5})
-        error = await _run_until_hung(hang, env, model, options)
+        model = as_handler(Policy(), user_code="inline")
+        options = _options(user_env, **{limit: 3, "service_close_timeout": 5})
+        error = await _run_until_hung(hang, model, options)
         assert isinstance(error, OperationTimeout)
         assert error.operation == operation
         # Failed at the deadline, and closed at once: the close did not wait 5 s.
@@ -135,17 +135,17 @@ async def test_a_hung_env_call_fails_at_its_deadline_and_closing_does_not_wait_f
         assert not user_env.closed
 
 
-def _session(env: GymEnvRuntimeEnv, model: ModelHandlerRuntimeModel) -> Any:
-    """``_run_session`` for ``nursery.start``, which hands back the driver."""
-    return functools.partial(_run_session, env, model, contract=env.contract, options=_options())
+def _session(env: Any, model: ModelHandler) -> Any:
+    """:func:`run_local` for ``nursery.start``, which hands back the driver."""
+    return functools.partial(run_local, model, _options(env))
 
 
 async def test_cancelling_the_callers_scope_while_user_code_hangs_returns_at_once(
     autojump_clock: MockClock,
 ) -> None:
     with Hang(after=7) as hang:  # two 3-step episodes take 6 predicts (+1 of the third)
-        env = GymEnvRuntimeEnv(Countdown(3))
-        model = ModelHandlerRuntimeModel(Policy(hang))
+        env = Countdown(3)
+        model = as_handler(Policy(hang))
         with trio.move_on_after(50) as scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(hold_clock, hang)
@@ -162,8 +162,8 @@ async def test_driver_cancel_while_user_code_hangs_returns_the_report_at_once(
     autojump_clock: MockClock,
 ) -> None:
     with Hang(after=3) as hang:
-        env = GymEnvRuntimeEnv(HangingCountdown(hang, "step"))
-        model = ModelHandlerRuntimeModel(Policy())
+        env = HangingCountdown(hang, "step")
+        model = as_handler(Policy())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(hold_clock, hang)
             driver: RuntimeDriver = await nursery.start(_session(env, model))
@@ -182,10 +182,9 @@ async def test_auto_refuses_a_late_inline_predict_as_inline_mode_does(
     # Predicts 1-8 run on the model's thread; from the 9th they run inline. Predict 10
     # blocks the loop for 3 s: no scope can cut it off, and its late answer fails the run.
     with Hang() as hang:
-        env = GymEnvRuntimeEnv(Countdown(3), user_code="inline")
         policy = SlowAt(hang, autojump_clock, at=10, seconds=3)
-        model = ModelHandlerRuntimeModel(policy)
-        error = await _run_until_hung(hang, env, model, _options(model_predict_timeout=2))
+        options = _options(Countdown(3), "inline", model_predict_timeout=2)
+        error = await _run_until_hung(hang, as_handler(policy), options)
     here = threading.get_ident()
     assert [thread == here for thread in policy.threads] == [False] * 8 + [True] * 2
     assert isinstance(error, OperationTimeout)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from ._errors import Code as Code
 from ._errors import WireError as WireError
-from ._session import Call as Call
 from ._session import EnvHost as EnvHost
 from ._session import EnvSession as EnvSession
-from ._session import Plan as Plan
+from ._session import LaneCall as LaneCall
+from ._session import RequestPlan as RequestPlan
 from ._session import plan_timings as plan_timings
 from ._session import run_plan as run_plan
 from ._shapes import LaneResult as LaneResult
@@ -20,12 +20,12 @@ from ._shapes import is_vector_env as is_vector_env
 from ._values import ValidationPolicy as ValidationPolicy
 
 __all__ = [
-    "Call",
     "Code",
     "EnvHost",
     "EnvSession",
+    "LaneCall",
     "LaneResult",
-    "Plan",
+    "RequestPlan",
     "ValidationPolicy",
     "WireError",
     "is_vector_env",

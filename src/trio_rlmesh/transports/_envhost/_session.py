@@ -6,7 +6,8 @@ stream, or one in-process run) with its episode tracker. A request is served in 
 synchronous halves around the user code:
 
 * ``plan_*`` validates the request, decodes and checks the actions, and returns a
-  :class:`Plan` whose :class:`Call` s say which lane's code to run with which arguments;
+  :class:`RequestPlan` whose :class:`LaneCall` s say which lane's code to run with which
+  arguments;
 * the I/O layer runs the calls wherever it runs user code (a worker per lane, or
   inline) — :func:`run_plan` does it for both users, concurrently across lanes;
 * ``finish_*`` takes the :class:`~._shapes.LaneResult` s, encodes and checks the
@@ -39,12 +40,12 @@ from ._values import (
     validation_policy_from_env,
 )
 
-__all__ = ["Call", "EnvHost", "EnvSession", "Plan", "run_plan"]
+__all__ = ["EnvHost", "EnvSession", "LaneCall", "RequestPlan", "run_plan"]
 
 _NO_WARNINGS: Final[list[Any]] = []
 
 
-class Call(NamedTuple):
+class LaneCall(NamedTuple):
     """One call into user code: run ``fn(*args)`` for ``lane`` (0 for a vector env)."""
 
     lane: int
@@ -53,7 +54,7 @@ class Call(NamedTuple):
     args: tuple[Any, ...]
 
 
-class Plan:
+class RequestPlan:
     """A request half served: what to call, and what ``finish_*`` needs afterwards."""
 
     __slots__ = ("calls", "lanes", "request", "warnings")
@@ -61,7 +62,7 @@ class Plan:
     def __init__(
         self,
         lanes: Sequence[int],
-        calls: list[Call],
+        calls: list[LaneCall],
         request: Any,
         warnings: list[Any] = _NO_WARNINGS,
     ) -> None:
@@ -72,7 +73,7 @@ class Plan:
         """Conformance warnings from the request's half (never mutated: replaced)."""
 
 
-async def run_plan(plan: Plan, run: Callable[[Call], Awaitable[Any]]) -> list[Any]:
+async def run_plan(plan: RequestPlan, run: Callable[[LaneCall], Awaitable[Any]]) -> list[Any]:
     """Run every call of ``plan`` with ``run`` (concurrently when there are several), and
     return the results in call order. The first failure, in call order, is raised once
     every call has ended."""
@@ -81,7 +82,7 @@ async def run_plan(plan: Plan, run: Callable[[Call], Awaitable[Any]]) -> list[An
         return [await run(calls[0])]
     outcomes: list[Any] = [None] * len(calls)
 
-    async def one(index: int, call: Call) -> None:
+    async def one(index: int, call: LaneCall) -> None:
         try:
             outcomes[index] = await run(call)
         except WireError as exc:
@@ -205,7 +206,7 @@ class EnvSession:
 
     # ---------------------------------------------------------------- reset
 
-    def plan_reset(self, request: env_v1.ResetRequest) -> Plan:
+    def plan_reset(self, request: env_v1.ResetRequest) -> RequestPlan:
         """Validate a reset and say what to call."""
         lanes = self._lanes(request.env_indices)
         for name, values in (("seeds", request.seeds), ("episode_ids", request.episode_ids)):
@@ -221,12 +222,12 @@ class EnvSession:
                 raise WireError(
                     Code.INTERNAL, "partial reset (env_indices) is not supported by this env"
                 )
-            calls = [Call(0, "env.reset", shape.reset_call, (list(request.seeds), options))]
+            calls = [LaneCall(0, "env.reset", shape.reset_call, (list(request.seeds), options))]
         else:
             assert isinstance(shape, LaneEnvs)
             seeds = request.seeds
             calls = [
-                Call(
+                LaneCall(
                     lane,
                     "env.reset",
                     shape.reset_call,
@@ -234,9 +235,11 @@ class EnvSession:
                 )
                 for i, lane in enumerate(lanes)
             ]
-        return Plan(lanes, calls, request)
+        return RequestPlan(lanes, calls, request)
 
-    def finish_reset(self, plan: Plan, results: Sequence[LaneResult]) -> env_v1.ResetResponse:
+    def finish_reset(
+        self, plan: RequestPlan, results: Sequence[LaneResult]
+    ) -> env_v1.ResetResponse:
         """The reset's response, from what the env returned."""
         lanes, request = plan.lanes, plan.request
         if isinstance(self.shape, VectorEnv):
@@ -265,7 +268,7 @@ class EnvSession:
 
     # ---------------------------------------------------------------- step
 
-    def plan_step(self, request: env_v1.StepRequest) -> Plan:
+    def plan_step(self, request: env_v1.StepRequest) -> RequestPlan:
         """Validate a step, decode and check its actions, and say what to call."""
         shape = self.shape
         if request.env_indices and not shape.lanes_individually:
@@ -282,17 +285,17 @@ class EnvSession:
                 raise WireError(Code.NOT_READY, f"lane(s) {never} stepped before the first reset")
         if self._vector:
             vector_step = cast(VectorEnv, shape).step_call
-            calls = [Call(0, "env.step", vector_step, (gate.writable(actions),))]
+            calls = [LaneCall(0, "env.step", vector_step, (gate.writable(actions),))]
         else:
             per_lane = gate.split_actions(actions, len(lanes))
             step = cast(LaneEnvs, shape).step_call
             calls = [
-                Call(lane, "env.step", step, (lane, action))
+                LaneCall(lane, "env.step", step, (lane, action))
                 for lane, action in zip(lanes, per_lane, strict=True)
             ]
-        return Plan(lanes, calls, request, warnings)
+        return RequestPlan(lanes, calls, request, warnings)
 
-    def finish_step(self, plan: Plan, results: Sequence[LaneResult]) -> env_v1.StepResponse:
+    def finish_step(self, plan: RequestPlan, results: Sequence[LaneResult]) -> env_v1.StepResponse:
         """The step's response, from what the env returned; completions tracked."""
         lanes, request = plan.lanes, plan.request
         count = len(lanes)
@@ -350,13 +353,13 @@ class EnvSession:
 
     # ---------------------------------------------------------------- render
 
-    def plan_render(self, request: env_v1.RenderRequest) -> Plan:
+    def plan_render(self, request: env_v1.RenderRequest) -> RequestPlan:
         """Validate a render (one lane) and say what to call."""
         if len(request.env_indices) > 1:
             raise WireError(Code.UNSUPPORTED, "render of more than one env index is not supported")
         shape = self.shape
         if isinstance(shape, VectorEnv):
-            return Plan([0], [Call(0, "env.render", shape.render_call, ())], request)
+            return RequestPlan([0], [LaneCall(0, "env.render", shape.render_call, ())], request)
         assert isinstance(shape, LaneEnvs)
         lane = request.env_indices[0] if request.env_indices else 0
         if lane >= shape.num_lanes:
@@ -364,9 +367,11 @@ class EnvSession:
                 Code.INVALID_ACTION,
                 f"render env index {lane} out of range for {shape.num_lanes} envs",
             )
-        return Plan([lane], [Call(lane, "env.render", shape.render_call, (lane,))], request)
+        return RequestPlan(
+            [lane], [LaneCall(lane, "env.render", shape.render_call, (lane,))], request
+        )
 
-    def finish_render(self, plan: Plan, frames: Sequence[Any]) -> env_v1.RenderResponse:
+    def finish_render(self, plan: RequestPlan, frames: Sequence[Any]) -> env_v1.RenderResponse:
         """The render's response: the frame as PNG, or an empty response for no frame."""
         png = encode_png(frames[0] if frames else None)
         if png is None:

@@ -118,15 +118,6 @@ class EpisodeTracker:
             )
             self._states[lane] = TrackedLane.ACTIVE
 
-    def check_step(self, outcomes: Sequence[StepOutcome]) -> None:
-        """Raise INTERNAL for a NEXT_STEP contract violation (spec §6.4); no mutation."""
-        self._check(
-            [o.lane for o in outcomes],
-            [o.reward for o in outcomes],
-            [o.terminated for o in outcomes],
-            [o.truncated for o in outcomes],
-        )
-
     def _check(
         self,
         lanes: Sequence[int],

@@ -168,8 +168,6 @@ class EnvClient:
         self._opening = trio.Lock()
         self._ids: itertools.count[int] = itertools.count(1)
         self._closed = False
-        self.steps = 0
-        """Step requests that were answered (the count errors name when no step is given)."""
 
     @property
     def num_envs(self) -> int:
@@ -418,8 +416,9 @@ class EnvClient:
     ) -> EnvStepResult:
         """Step the lanes in ``request.env_indices`` (all when empty).
 
-        ``step`` (for error messages) defaults to the step being attempted (the steps this
-        client has completed, plus one). Raises like :meth:`reset`.
+        ``step``: the caller's step count, reported in errors (the client keeps none: a
+        run's driver adds its own step to the errors it passes on). Raises like
+        :meth:`reset`.
         """
         request, local = self._with_deadline(request, timeout)
         lane = request.env_indices[0] if len(request.env_indices) == 1 else None
@@ -428,10 +427,9 @@ class EnvClient:
             operation="env.step",
             expected="step",
             timeout=local,
-            step=self.steps + 1 if step is None else step,
+            step=step,
             lane=lane,
         )
-        self.steps += 1
         assert response.step is not None
         return EnvStepResult(
             response=response.step,

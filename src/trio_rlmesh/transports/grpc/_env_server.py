@@ -54,11 +54,11 @@ from ...runtime._internal import (
     new_worker,
 )
 from .._envhost import (
-    Call,
     Code,
     EnvHost,
+    LaneCall,
     LaneResult,
-    Plan,
+    RequestPlan,
     ValidationPolicy,
     WireError,
     plan_timings,
@@ -101,11 +101,11 @@ class _Lanes:
             for lane in range(count)
         ]
 
-    def runs_inline(self, calls: list[Call]) -> bool:
+    def runs_inline(self, calls: list[LaneCall]) -> bool:
         """Whether ``calls`` is one call that its lane's worker would run inline now."""
         return len(calls) == 1 and self._workers[calls[0].lane].runs_inline(calls[0].operation)
 
-    async def run(self, call: Call) -> Any:
+    async def run(self, call: LaneCall) -> Any:
         try:
             return await self._workers[call.lane].run(call.operation, call.fn, *call.args)
         except WorkerUnavailable as exc:
@@ -272,7 +272,9 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
         except WireError as exc:
             return env_v1.JoinResponse(error=exc.to_proto())
 
-    async def _run(self, plan: Plan, timeout_ms: int, op: str, context: _Request) -> list[Any]:
+    async def _run(
+        self, plan: RequestPlan, timeout_ms: int, op: str, context: _Request
+    ) -> list[Any]:
         """Run the plan's calls on the lanes' workers, under the request's deadline."""
         submitted = time.perf_counter_ns()
         lanes = self.service.lanes
@@ -298,7 +300,7 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
         context.user_ns, context.queue_ns = _timings(submitted, results)
         return results
 
-    def _timed_out(self, plan: Plan, timeout_ms: int, op: str) -> WireError:
+    def _timed_out(self, plan: RequestPlan, timeout_ms: int, op: str) -> WireError:
         if op == "env.reset" and plan.request.env_indices and not self.env.host.lanes_individually:
             op = "env.reset_subset"
         return WireError(Code.TIMEOUT, f"{op} timed out after {timeout_ms}ms")

@@ -553,10 +553,6 @@ class H2Connection:
         return self._failure
 
     @property
-    def open_streams(self) -> int:
-        return len(self._streams)
-
-    @property
     def idle_since(self) -> float | None:
         """Server side: since when the connection has had no call (``None``: it has one,
         or it is ending)."""

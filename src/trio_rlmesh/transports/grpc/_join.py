@@ -51,7 +51,7 @@ class JoinStatistics:
     """Requests waiting for their reply right now."""
 
 
-class _Waiter:
+class _PendingReply:
     """One request's pending reply: a task parked until the reader delivers an outcome."""
 
     __slots__ = ("deadline", "result", "task")
@@ -105,7 +105,7 @@ class JoinMux(Generic[_R]):
         self._nursery = nursery
         self._alarm: trio.CancelScope | None = None
         """The watchdog's sleep; its deadline is the earliest request deadline it knows."""
-        self._pending: dict[str, _Waiter] = {}
+        self._pending: dict[str, _PendingReply] = {}
         self._failure: BaseException | None = None
         self._finished = trio.Event()
         self.closing = False
@@ -193,7 +193,7 @@ class JoinMux(Generic[_R]):
             raise again(self._failure)
         if request_id in self._pending:
             raise ValueError(f"request id {request_id!r} is already in flight")
-        waiter = _Waiter(deadline)
+        waiter = _PendingReply(deadline)
         if deadline != math.inf:
             self._watch_deadline(deadline)
         self._pending[request_id] = waiter

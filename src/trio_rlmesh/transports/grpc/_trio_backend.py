@@ -34,7 +34,7 @@ from ._guard import admit, out_of_descriptors
 from ._h2 import H2Connection, H2Stream
 from ._memory import connect_memory, listen_memory
 from ._settings import DEFAULT_LIMITS, GrpcSettings, ServerLimits
-from ._status import ConnectionLost, GrpcError, Status, format_grpc_timeout, parse_grpc_timeout
+from ._status import ConnectionLost, Status, format_grpc_timeout, parse_grpc_timeout
 
 __all__ = ["TRIO_BACKEND", "TrioBackend", "TrioChannel", "TrioServer"]
 
@@ -439,5 +439,3 @@ class TrioBackend:
 
 
 TRIO_BACKEND: Final = TrioBackend()
-
-_ = GrpcError  # raised through handler_outcome by the handlers this backend runs

@@ -27,7 +27,7 @@ from ..._errors import EnvError
 from ...protocol import EnvContractInfo, core_v1, env_v1, read_env_contract
 from ...runtime import EndpointTimings, EnvResetResult, EnvStepResult
 from ...runtime._internal import UserCode, WorkerUnavailable, check_user_code, new_worker
-from .._envhost import Call, Code, EnvHost, Plan, ValidationPolicy, WireError, run_plan
+from .._envhost import Code, EnvHost, LaneCall, RequestPlan, ValidationPolicy, WireError, run_plan
 
 __all__ = ["GymEnvRuntimeEnv", "link_in_process"]
 
@@ -115,7 +115,7 @@ class GymEnvRuntimeEnv:
             method in self._inline and not self._workers[0].closed and method not in self.__dict__
         )
 
-    async def _run(self, call: Call) -> Any:
+    async def _run(self, call: LaneCall) -> Any:
         try:
             return await self._workers[call.lane].run(call.operation, call.fn, *call.args)
         except WorkerUnavailable as exc:
@@ -123,7 +123,9 @@ class GymEnvRuntimeEnv:
 
     # -- one implementation, awaited or inline ------------------------------------------------
 
-    def _begin(self, plan: Callable[[Any], Plan], request: Any, op: str) -> tuple[Plan, int, int]:
+    def _begin(
+        self, plan: Callable[[Any], RequestPlan], request: Any, op: str
+    ) -> tuple[RequestPlan, int, int]:
         started = time.perf_counter_ns()
         try:
             planned = plan(request)
@@ -133,9 +135,9 @@ class GymEnvRuntimeEnv:
 
     def _end(
         self,
-        finish: Callable[[Plan, Sequence[Any]], Any],
+        finish: Callable[[RequestPlan, Sequence[Any]], Any],
         wrap: type[_R],
-        plan: Plan,
+        plan: RequestPlan,
         results: Sequence[Any],
         started: int,
         decoded: int,
@@ -156,7 +158,7 @@ class GymEnvRuntimeEnv:
         return wrap(response=response, timings=timings)
 
     @staticmethod
-    def _call_inline(plan: Plan) -> list[Any]:
+    def _call_inline(plan: RequestPlan) -> list[Any]:
         return [call.fn(*call.args) for call in plan.calls]
 
     @property
@@ -211,7 +213,7 @@ class GymEnvRuntimeEnv:
             session.finish_step, EnvStepResult, plan, results, started, decoded, "env.step"
         )
 
-    async def _results(self, plan: Plan, op: str) -> list[Any]:
+    async def _results(self, plan: RequestPlan, op: str) -> list[Any]:
         try:
             return await run_plan(plan, self._run)
         except EnvError as exc:
