@@ -33,7 +33,7 @@ from ...protocol._internal import (
     CAP_SUBSET_STEP,
     has_capability,
 )
-from ...runtime import EndpointTimings, EnvResetResult, EnvStepResult
+from ...runtime import EndpointTimings, EnvResetResult, EnvStepResult, RuntimeEnv
 from ._backend import BackendName, Channel
 from ._codec import decode, encode
 from ._errors import map_transport_error
@@ -598,7 +598,7 @@ async def open_env_client(
                 await client.close()
 
 
-class EnvClientRuntimeEnv:
+class EnvClientRuntimeEnv(RuntimeEnv):
     """An :class:`EnvClient` seen as a :class:`~trio_rlmesh.runtime.RuntimeEnv`.
 
     The driver's deadline reaches the server as the request's ``timeout_ms`` (set by
@@ -622,7 +622,7 @@ class EnvClientRuntimeEnv:
         return await self.client.step(request)
 
     async def render(self, request: env_v1.RenderRequest) -> env_v1.RenderResponse:
-        """Render one lane through the client (RuntimeEnv's optional ``render``)."""
+        """Render one lane through the client."""
         return await self.client.render(request)
 
     async def close(self, timeout: float) -> None:  # noqa: ASYNC109 - RuntimeEnv's signature

@@ -20,7 +20,7 @@ import trio
 from ..._errors import Error, ModelError, ProtocolError
 from ...model._internal import wire_error_to_model
 from ...protocol import SUPPORTED_WORKFLOW_EDITIONS, core_v1, model_v1
-from ...runtime import EndpointTimings, ModelPrediction
+from ...runtime import EndpointTimings, ModelPrediction, RuntimeModel
 from ._backend import BackendName, Channel
 from ._codec import decode, encode
 from ._errors import map_transport_error
@@ -253,7 +253,7 @@ async def open_model_client(
                 await client._close(close_reason)
 
 
-class ModelClientRuntimeModel:
+class ModelClientRuntimeModel(RuntimeModel):
     """A remote model as a :class:`~trio_rlmesh.runtime.RuntimeModel`.
 
     ``predict_group`` sends one GroupedPredict (a server may fuse the groups into one
