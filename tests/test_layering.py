@@ -26,7 +26,13 @@ PACKAGE = "trio_rlmesh"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "base",
-        ("trio_rlmesh._version", "trio_rlmesh._errors", "trio_rlmesh._nursery", "trio_rlmesh._png"),
+        (
+            "trio_rlmesh._version",
+            "trio_rlmesh._errors",
+            "trio_rlmesh._nursery",
+            "trio_rlmesh._png",
+            "trio_rlmesh._fastpaths",
+        ),
     ),
     ("spaces", ("trio_rlmesh.spaces",)),
     ("protocol", ("trio_rlmesh.protocol",)),
