@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "trio_rlmesh._nursery",
             "trio_rlmesh._png",
             "trio_rlmesh._fastpaths",
+            "trio_rlmesh._timeouts",
         ),
     ),
     ("spaces", ("trio_rlmesh.spaces",)),

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import trio
 
 from .._errors import EnvError, Error, ModelError, OperationTimeout, ProtocolError
+from .._timeouts import ENDPOINT_GRACE
 from ..protocol import env_v1, model_v1, spaces_v1
 from ._advisories import FailureLog
 from ._interfaces import (
-    ENDPOINT_GRACE,
     EnvResetResult,
     EnvStepResult,
     ModelPrediction,

@@ -8,7 +8,7 @@ users swap in any object that satisfies these Protocols (see ``trio_rlmesh.testi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import attrs
 
@@ -16,7 +16,6 @@ from .._errors import Error
 from ..protocol import env_v1, model_v1
 
 __all__ = [
-    "ENDPOINT_GRACE",
     "EndpointTimings",
     "EnvResetResult",
     "EnvStepResult",
@@ -78,16 +77,6 @@ class EndpointTimings:
 
 
 NO_TIMINGS = EndpointTimings()
-
-ENDPOINT_GRACE: Final = 2.0
-"""Seconds the driver waits past a limit for an env that ``enforces_deadlines`` itself.
-
-Such an env answers a request that outlives its ``timeout_ms`` with its own
-:class:`~trio_rlmesh.OperationTimeout` (a served env's TIMEOUT, with its code), and a
-client's local fallback timer fires soon after (``LOCAL_TIMEOUT_GRACE``, 1 s, in the gRPC
-env client). The driver cuts the call off only at ``limit + ENDPOINT_GRACE``, so the
-endpoint's answer, not the driver's own scope, is what the caller sees.
-"""
 
 
 @attrs.frozen
@@ -154,8 +143,9 @@ class RuntimeEnv(Protocol):
     """``True`` says the endpoint itself answers every request within the request's
     ``timeout_ms``, raising :class:`~trio_rlmesh.OperationTimeout` when it runs out (a gRPC
     client whose server answers TIMEOUT). The driver then bounds each call only by
-    ``timeout +`` :data:`ENDPOINT_GRACE`; otherwise (fakes, in-process adapters) the driver
-    is the only enforcer and cuts the call off exactly at its limit."""
+    ``timeout + ENDPOINT_GRACE`` (2 s, ``trio_rlmesh._timeouts``); otherwise (fakes,
+    in-process adapters) the driver is the only enforcer and cuts the call off exactly at
+    its limit."""
 
     def runs_inline(self, method: str) -> bool:
         """Whether a call of ``method`` (``"reset"`` or ``"step"``) made now returns without

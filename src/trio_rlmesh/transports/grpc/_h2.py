@@ -90,9 +90,9 @@ import h2.stream
 import trio
 
 from ..._fastpaths import FAST_PATHS, SWITCH
+from ..._timeouts import GOAWAY_GRACE
 from ._framing import HEADER_SIZE, MessageDecoder, frame
 from ._guard import (
-    GOAWAY_GRACE,
     Abuse,
     FrameGuard,
     cut_off,
