@@ -1,4 +1,5 @@
-"""Scenarios 8a and 8b: one resolved adapter's step, ours against ``rlmesh.adapters``.
+"""Scenarios 8a and 8b: one resolved adapter's step, ours against ``rlmesh.adapters``; 8c: a
+whole adapted run, ours against ``rlmesh.run``.
 
 Both sides resolve the same pairing with their own package (the same code, ``adapt`` being
 ``trio_rlmesh.adapters`` or ``rlmesh.adapters``), then time ``transform_obs(obs)`` followed by
@@ -9,7 +10,12 @@ Both sides resolve the same pairing with their own package (the same code, ``ada
   from ``quat_xyzw`` to ``rot6d`` and the gripper concatenated into one state, the
   instruction; the action's rotation converted back from ``rot6d`` to ``axis_angle``, the
   gripper range mapped, the whole action clipped (issue 21 target: ≥ 0.5× RLMesh's calls/s);
-- **8b**, the same pairing without the camera (state and text only; target ≥ 1.0×).
+- **8b**, the same pairing without the camera (state and text only; target ≥ 1.0×);
+- **8c**, a whole in-process run: ``trio_rlmesh.run(model, env)`` of a spec'd model (a 64×64
+  camera stacked 2 deep, the state concatenated with the rotation as ``rot6d``, the
+  instruction) against ``examples/adapted_arm.py``'s tagged arm env, against
+  ``rlmesh.run(Model(fn, spec=...), env)`` of the same predict function and spec (issue 22
+  target: ≥ 2× its steps/s). The two runs are checked to give the same rewards first.
 
 One "step" of the table is one ``transform_obs`` + ``transform_action`` pair; p50/p95 come
 from a per-pair timer. Each round starts a new episode on both sides (``reset()``), so the
@@ -199,6 +205,7 @@ def main(argv: list[str]) -> None:
     results = [
         scenario_adapter("8a", rounds=2 if quick else 5, calls=10 if quick else 150, log=print),
         scenario_adapter("8b", rounds=2 if quick else 5, calls=200 if quick else 3000, log=print),
+        scenario_adapted_run(rounds=2 if quick else 5, episodes=2 if quick else 10, log=print),
     ]
     print(format_table(results))
     print(format_targets(results))
@@ -206,3 +213,113 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+# ----------------------------------------------------------------------------- 8c: a whole run
+
+RUN_CAMERA = 64
+RUN_STEPS = 50
+"""Steps of an episode of scenario 8c's arm env."""
+
+
+def _arm() -> ModuleType:
+    """``examples/adapted_arm.py``: the tagged arm env (a 64x64 camera here)."""
+    import importlib
+    from pathlib import Path
+
+    examples = str(Path(__file__).resolve().parents[1] / "examples")
+    if examples not in sys.path:
+        sys.path.insert(0, examples)
+    return importlib.import_module("adapted_arm")
+
+
+def run_spec(adapt: ModuleType) -> Any:
+    """Scenario 8c's model spec, in package ``adapt``: the 64x64 camera stacked 2 deep (no
+    resize), the state concatenated with the rotation as ``rot6d``, the instruction."""
+    return adapt.ModelSpec(
+        {
+            "image": adapt.Image(adapt.IMAGE_PRIMARY, size=RUN_CAMERA, stack=2),
+            "state": adapt.Concat(
+                adapt.EEF_POS, adapt.State(adapt.EEF_ROT, encoding="rot6d"), adapt.GRIPPER_POS
+            ),
+            "task": adapt.Text(adapt.INSTRUCTION),
+        },
+        adapt.Action(
+            adapt.Actuator(adapt.ACTION_DELTA_POS, 3),
+            adapt.Actuator(adapt.ACTION_DELTA_ROT, 6, encoding="rot6d"),
+            adapt.Actuator(adapt.ACTION_GRIPPER, 1, range=(0.0, 1.0)),
+        ),
+    )
+
+
+def run_predict(payload: Any) -> Any:
+    """A cheap policy on the payload (the adapter and the runtime are what is timed)."""
+    state, pixel = payload["state"], float(payload["image"][1, 0, 0, 0])
+    return np.concatenate([-0.5 * state[:3], state[3:9], [pixel / 255]])
+
+
+def _run_ours(episodes: int) -> Sample:
+    from bench_scenarios import _our_sample
+
+    import trio_rlmesh
+    import trio_rlmesh.adapters
+    from trio_rlmesh.model import Model
+
+    arm = _arm()
+
+    class Policy(Model):
+        spec = run_spec(trio_rlmesh.adapters)
+
+        def predict(self, payload: Any) -> Any:
+            return run_predict(payload)
+
+    env = arm.make_env(steps=RUN_STEPS, camera=RUN_CAMERA)
+    started = time.perf_counter()
+    report = trio_rlmesh.run(Policy(), env, episode_seeds=tuple(range(episodes)))
+    return _our_sample(report, time.perf_counter() - started)
+
+
+def _run_theirs(episodes: int) -> Sample:
+    import warnings
+
+    import rlmesh
+    import rlmesh.adapters
+    from bench_scenarios import their_sample
+    from rlmesh.numpy import Model
+
+    arm = _arm()
+    tags = rlmesh.adapters.EnvTags.from_dict(arm.TAGS.to_dict())
+    env = rlmesh.adapters.tag(arm.ArmEnv(steps=RUN_STEPS, camera=RUN_CAMERA), tags)
+    model = Model(run_predict, spec=run_spec(rlmesh.adapters))
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the edition is not pinned
+        result = rlmesh.run(model, env, seeds=list(range(episodes)))
+    return their_sample(result, time.perf_counter() - started)
+
+
+def scenario_adapted_run(
+    *, rounds: int, episodes: int, log: Callable[[str], None], warmup: bool = True
+) -> Comparison:
+    """Scenario 8c: a spec'd model run in process against a tagged env, end to end."""
+    first_ours, first_theirs = _run_ours(1), _run_theirs(1)
+    if first_ours.mean_reward != first_theirs.mean_reward:
+        raise AssertionError(
+            f"8c: the two runs differ (reward {first_ours.mean_reward} vs "
+            f"{first_theirs.mean_reward}); they would time different work"
+        )
+    result = interleave(
+        "8c-adapted-run",
+        f"adapted in-process run: {RUN_CAMERA}x{RUN_CAMERA} camera stack 2, state concat with "
+        "quat->rot6d, text; trio_rlmesh.run vs rlmesh.run(Model(fn, spec=...), env)",
+        ("trio_rlmesh.run", lambda: _run_ours(episodes)),
+        ("rlmesh.run", lambda: _run_theirs(episodes)),
+        rounds,
+        warmup=warmup,
+        log=log,
+    )
+    result.notes.append(
+        f"steps = env steps of {episodes} episodes of {RUN_STEPS} steps (examples/adapted_arm.py's "
+        "env, tagged); both runs checked to give the same rewards first"
+    )
+    return result

@@ -166,6 +166,11 @@ def run_theirs_inprocess(*, episodes: int, seeds: Sequence[int]) -> Sample:
     )
     wall = time.perf_counter() - started
     env.close()
+    return their_sample(result, wall)
+
+
+def their_sample(result: Any, wall: float) -> Sample:
+    """One of rlmesh's runs (its ``RunResult``) as a sample."""
     steps = int(result.total_steps)
     p50, p95, source = _latency(result.telemetry, steps, wall)
     return Sample(

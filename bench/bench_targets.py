@@ -36,6 +36,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "7r-record": ("in-process CartPole recorded (Minari) vs unrecorded", 0.8),
     "8a-adapter-camera": ("adapter step, 256->224 camera stack 2 + state, vs rlmesh", 0.5),
     "8b-adapter-state": ("adapter step, state and text only, vs rlmesh.adapters", 1.0),
+    "8c-adapted-run": ("adapted run(model, env), 64x64 camera stack 2 + state, vs rlmesh", 2.0),
 }
 """Scenario or figure id -> (figure, target)."""
 

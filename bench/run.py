@@ -39,7 +39,7 @@ if str(HERE) not in sys.path:
 
 import bench_envs  # noqa: E402
 import bench_policies  # noqa: E402
-from bench_adapters import ours_runner, scenario_adapter  # noqa: E402
+from bench_adapters import ours_runner, scenario_adapted_run, scenario_adapter  # noqa: E402
 from bench_fleet import FLEET_SIZE, scenario_fleet, scenario_fleet_cpu  # noqa: E402
 from bench_gym import (  # noqa: E402
     run_ours_async,
@@ -80,11 +80,12 @@ ALL_SCENARIOS = (
     "7r",
     "8a",
     "8b",
+    "8c",
     "w",
 )
 REMOTE_SCENARIOS = (
     *("1a", "1b", "1a-grpclib", "1b-grpclib", "2", "3", "5s", "5a", "5v", "6", "6i", "7", "7c"),
-    *("8a", "8b"),
+    *("8a", "8b", "8c"),
 )
 """The scenarios that need rlmesh (its env server, its runtime or its clients, its adapters)."""
 
@@ -111,6 +112,8 @@ class Sizes:
     """transform_obs + transform_action pairs per round of scenario 8a (the camera)."""
     adapter_state_calls: int
     """Pairs per round of scenario 8b (state and text only)."""
+    adapted_run_episodes: int
+    """Episodes per round of scenario 8c (an adapted in-process run, 50 steps each)."""
     warmup: bool
     """Run and discard one pair before the measured rounds."""
 
@@ -128,6 +131,7 @@ FULL = Sizes(
     profile_episodes=4,
     adapter_camera_calls=150,
     adapter_state_calls=3000,
+    adapted_run_episodes=10,
     warmup=True,
 )
 QUICK = Sizes(
@@ -143,6 +147,7 @@ QUICK = Sizes(
     profile_episodes=1,
     adapter_camera_calls=10,
     adapter_state_calls=200,
+    adapted_run_episodes=2,
     warmup=False,
 )
 
@@ -429,6 +434,17 @@ def run_all(
                         unprofiled_us_per_step=_us_per_step(result),
                     )
                 )
+    if "8c" in remote:
+        _log("scenario 8c: adapted in-process run vs rlmesh.run(Model(fn, spec=...), env)")
+        with _surviving("scenario 8c", skipped):
+            results.append(
+                scenario_adapted_run(
+                    rounds=sizes.rounds,
+                    episodes=sizes.adapted_run_episodes,
+                    log=_log,
+                    warmup=sizes.warmup,
+                )
+            )
     for result in results:
         note = _transport_note(result)
         if note:

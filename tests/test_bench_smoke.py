@@ -258,3 +258,13 @@ def test_abuse_probe_runs_one_attack_and_reports_it() -> None:
     text = bench_abuse.report([row], [])
     assert "ping-flood" in text
     assert "trio" in text
+
+
+def test_the_adapted_run_scenario_runs_and_fills_the_table() -> None:
+    pytest.importorskip("rlmesh")
+    bench = _load_bench()
+    result = bench.scenario_adapted_run(rounds=1, episodes=1, log=lambda _: None, warmup=False)
+    assert result.scenario == "8c-adapted-run"
+    _check_side(result.ours)
+    _check_side(result.theirs)
+    assert result.ours.mean_reward == result.theirs.mean_reward  # the same episodes

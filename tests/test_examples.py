@@ -78,6 +78,20 @@ def test_evaluate_model_in_process_and_served() -> None:
     assert "same episodes both ways: True" in out
 
 
+def test_adapted_arm_gives_the_same_episodes_on_every_server() -> None:
+    pytest.importorskip("rlmesh")
+    out = _run(str(EXAMPLES / "adapted_arm.py"))
+    assert '"state" <- concat(eef_pos, eef_quat (quat_xyzw->rot6d), gripper_qpos)' in out
+    rows = [line for line in out.splitlines() if line.count(":") == 1 and "  -" in line]
+    assert [row.split(":")[0].strip() for row in rows] == [
+        "in process",
+        "trio-rlmesh serve_env",
+        "rlmesh.EnvServer",
+    ]
+    assert len({row.split(":")[1] for row in rows}) == 1
+    assert out.rstrip().endswith("same episodes everywhere: True")
+
+
 def test_concurrent_envs_prints_three_columns() -> None:
     out = _run(str(EXAMPLES / "concurrent_envs.py"))
     status = next(line for line in out.splitlines() if line.startswith("status"))

@@ -484,6 +484,9 @@ async def _prepare(
             session_id=session_id,
             workflow_edition=env.workflow_edition,
             execution_horizon=options.execution_horizon,
+            # Rows name one episode: a lockstep vector env's groups get none, so it is not
+            # offered them (a spec'd model with a frame stack would ask in vain).
+            delivers_history=num_envs == 1 or env.subset_step,
         )
     )
     spec = RuntimeSessionSpec(
@@ -589,6 +592,12 @@ def _recorded(
     )
 
 
+def _paired(report: RuntimeReport, model: Any) -> RuntimeReport:
+    """``report`` with the pairing of the model in this process (none for a served one)."""
+    adapter = getattr(model, "adapter", None)
+    return attrs.evolve(report, pairing=adapter.explain()) if adapter is not None else report
+
+
 def _model_label(model: Any) -> str:
     """How a recording names the model: its address, or its class."""
     if isinstance(model, str):
@@ -692,18 +701,24 @@ async def _run_entry(
                     "recording a fleet run is not supported; record the run of one env address"
                 )
             async with _open_model(model, options, model_token) as endpoint:
-                return await _run_fleet(endpoint, options, hooks=hooks, task_status=task_status)
+                return _paired(
+                    await _run_fleet(endpoint, options, hooks=hooks, task_status=task_status),
+                    endpoint,
+                )
         async with (
             _open_env(options) as env,
             _open_model(model, options, model_token) as endpoint,
         ):
-            return await _run(
-                env,
+            return _paired(
+                await _run(
+                    env,
+                    endpoint,
+                    options,
+                    hooks=hooks,
+                    task_status=task_status,
+                    model_label=model_label,
+                ),
                 endpoint,
-                options,
-                hooks=hooks,
-                task_status=task_status,
-                model_label=model_label,
             )
 
     try:

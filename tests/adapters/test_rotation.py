@@ -320,3 +320,19 @@ def test_action_conversions_match_rlmesh(rlmesh_adapters: Any, model: str) -> No
         theirs = np.stack([reference.transform_action(value) for value in values])
         ours = convert_rotation(values, model, env)
         np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-6, err_msg=env)
+
+
+@pytest.mark.parametrize("source", ROTATIONS)
+@pytest.mark.parametrize("target", sorted(ROTATION_DIMS))
+def test_one_lane_converts_bit_for_bit_as_in_a_batch(source: str, target: str) -> None:
+    # A batch of one takes the float path (the cheap one for a single-env step); its answer
+    # must be the row the numpy path gives that rotation among others.
+    rng = np.random.default_rng(7)
+    batch = rng.normal(size=(5, ROTATION_DIMS[source])).astype(np.float32)
+    batch[0] = 0.0  # a degenerate rotation too
+    together = RotationConversion(source, target)(batch)
+    for row in range(len(batch)):
+        alone = RotationConversion(source, target)(batch[row : row + 1])
+        assert alone.shape == (1, ROTATION_DIMS[target])
+        assert alone.dtype == np.float32
+        assert alone.tobytes() == together[row : row + 1].tobytes(), (row, alone, together[row])

@@ -103,3 +103,17 @@ def vector() -> gym.vector.SyncVectorEnv:
     """Two :class:`Counter` lanes in lockstep; the vector env resets finished lanes itself
     (NEXT_STEP), so the runtime cannot seed or cap its episodes."""
     return gym.vector.SyncVectorEnv([Counter, Counter])
+
+
+def tagged_arm() -> Any:
+    """``examples/adapted_arm.py``'s arm env, tagged, with short episodes."""
+    from tests.interop.envs import arm_example
+
+    return arm_example().make_env(steps=4)
+
+
+def untagged_arm() -> Any:
+    """The same arm env without its tags."""
+    from tests.interop.envs import arm_example
+
+    return arm_example().ArmEnv(steps=4)

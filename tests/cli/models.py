@@ -84,3 +84,13 @@ class SeesThreads:
         if not SeesThreads.seen:
             SeesThreads.seen = [thread.name for thread in threading.enumerate()]
         return np.int64(0)
+
+
+def _arm_policy() -> Any:
+    from tests.interop.envs import arm_example
+
+    return arm_example().ReachPolicy
+
+
+ArmPolicy = _arm_policy()
+"""``examples/adapted_arm.py``'s spec'd model."""

@@ -15,7 +15,7 @@ from trio_rlmesh._cli import _parser
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_DOC = ROOT / "docs" / "cli.md"
-COMMANDS = ("serve-env", "serve-model", "run", "show", "compare")
+COMMANDS = ("serve-env", "serve-model", "run", "show", "compare", "explain")
 WIDTH = "100"
 
 
@@ -77,7 +77,7 @@ def test_each_option_is_described_under_its_own_command(command: str) -> None:
 def test_the_command_count_is_right() -> None:
     subparsers = next(action for action in _parser()._actions if action.dest == "command")
     count = len(subparsers.choices)  # type: ignore[arg-type]
-    words = {2: "two", 3: "three", 4: "four", 5: "five"}
+    words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
     assert f"has {words[count]} commands" in CLI_DOC.read_text()
 
 

@@ -43,6 +43,7 @@ REPORT_KEYS = [
     "telemetry",
     "summary",
     "setup",
+    "pairing",
 ]
 
 

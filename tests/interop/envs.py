@@ -229,8 +229,45 @@ class RaisingEnv(gym.Env[np.ndarray, np.int64]):
         return np.zeros(1, np.float32), 1.0, False, False, {}
 
 
+def arm_example() -> Any:
+    """``examples/adapted_arm.py`` as a module (the tagged arm env and the spec'd model)."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    examples = str(Path(__file__).resolve().parents[2] / "examples")
+    if examples not in sys.path:
+        sys.path.insert(0, examples)
+    return importlib.import_module("adapted_arm")
+
+
+ARM_STEPS = 8
+"""Steps of an arm episode in the interop tests (the example's default is longer)."""
+
+
+def build_arm(kind: str) -> Any:
+    """The arm env: tagged by trio-rlmesh (``arm``), by RLMesh's ``tag`` (``arm-wheel``), or
+    four lanes of it in a NEXT_STEP vector env whose metadata carries the tags (``arm4``)."""
+    arm = arm_example()
+    if kind == "arm":
+        return arm.make_env(steps=ARM_STEPS)
+    if kind == "arm-wheel":
+        import rlmesh.adapters
+
+        tags = rlmesh.adapters.EnvTags.from_dict(arm.TAGS.to_dict())
+        return rlmesh.adapters.tag(arm.ArmEnv(steps=ARM_STEPS), tags)
+    vector = gym.vector.SyncVectorEnv(
+        [lambda: arm.ArmEnv(steps=ARM_STEPS) for _ in range(4)],
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+    )
+    vector.metadata = {**vector.metadata, **arm.TAGS.to_metadata()}
+    return vector
+
+
 def build(kind: str) -> Any:
     """The env (or list of lane envs) named ``kind``."""
+    if kind.startswith("arm"):
+        return build_arm(kind)
     if kind == "cartpole":
         return gym.make("CartPole-v1")
     if kind == "pendulum":

@@ -50,3 +50,21 @@ else:
 
     class RlmeshChunk(ChunkPolicy, _rlmesh_numpy.Model):  # type: ignore[misc]
         workflow_edition = "2026.06"
+
+    def _wheel_arm_spec() -> Any:
+        import rlmesh.adapters
+
+        from tests.interop.envs import arm_example
+
+        return rlmesh.adapters.ModelSpec.from_dict(arm_example().ReachPolicy.spec.to_dict())
+
+    class RlmeshArm(_rlmesh_numpy.Model):  # type: ignore[misc]
+        """``examples/adapted_arm.py``'s policy as RLMesh's spec'd model."""
+
+        workflow_edition = "2026.06"
+        spec = _wheel_arm_spec()
+
+        def predict(self, observation: Any) -> Any:
+            from tests.interop.envs import arm_example
+
+            return arm_example().ReachPolicy().predict(observation)

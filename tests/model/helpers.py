@@ -87,12 +87,13 @@ def broken_request(env_id: str, broken: str) -> model_v1.PredictRequest:
 
 def route_spec(route: RouteContract) -> Any:
     """The wire ``EnvSpec`` of ``route`` (what a runtime sends in ResolveAdapter)."""
-    from trio_rlmesh.protocol import core_v1, space_to_spec
+    from trio_rlmesh.protocol import core_v1, python_to_meta, space_to_spec
 
     return core_v1.EnvSpec(
         id=route.env_name,
         observation_space=space_to_spec(route.observation_space),
         action_space=space_to_spec(route.action_space),
+        metadata=python_to_meta(route.metadata) if route.metadata else None,
     )
 
 

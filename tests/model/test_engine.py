@@ -479,3 +479,28 @@ async def test_close_runs_once() -> None:
     await engine.close()
     await engine.close()
     assert closes == [1]
+
+
+def test_a_models_spec_is_the_engines_and_published_as_rlmeshs_metadata() -> None:
+    import rlmesh.adapters
+
+    import trio_rlmesh.adapters as adapt
+
+    spec = adapt.ModelSpec(
+        {"q": adapt.State(adapt.JOINT_POS)}, adapt.Action(adapt.Actuator(adapt.ACTION_GRIPPER, 1))
+    )
+
+    class Specd(Model):
+        def predict(self, observation: Any) -> Any:
+            return observation
+
+    plain = as_handler(Specd)
+    assert isinstance(plain, ModelEngine)
+    assert (plain.spec, plain.metadata()) == (None, {})
+    Specd.spec = spec
+    engine = as_handler(Specd)
+    assert isinstance(engine, ModelEngine)
+    assert engine.spec is spec
+    theirs = rlmesh.adapters.ModelSpec.from_dict(spec.to_dict()).to_metadata()
+    assert engine.metadata() == theirs
+    assert list(theirs) == [adapt.MODEL_METADATA_KEY]

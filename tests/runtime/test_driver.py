@@ -356,7 +356,9 @@ async def test_report_json_schema(autojump_clock: MockClock) -> None:
         "telemetry",
         "summary",
         "setup",
+        "pairing",
     ]
+    assert data["pairing"] is None  # no spec'd model
     assert (data["total_steps"], data["env_step_calls"], data["success_rate"]) == (4, 4, None)
     assert data["status"] == "completed"
     assert data["mean_reward"] == 2.0

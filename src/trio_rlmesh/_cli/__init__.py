@@ -1,10 +1,11 @@
-"""The ``trio-rlmesh`` console script: ``serve-env``, ``serve-model``, ``run``, ``show`` and
-``compare``.
+"""The ``trio-rlmesh`` console script: ``serve-env``, ``serve-model``, ``run``, ``show``,
+``compare`` and ``explain``.
 
 One module per concern, imported in one direction only: :mod:`._exit` (exit statuses,
 errors, signals), :mod:`._targets` (what the command line names), :mod:`._serve` and
-:mod:`._run` and :mod:`._show` and :mod:`._compare` (the commands), :mod:`._output` and
-:mod:`._policies` (``run``'s helpers), :mod:`._compare_plot` (``compare --plot``).
+:mod:`._run` and :mod:`._show` and :mod:`._compare` and :mod:`._explain` (the commands),
+:mod:`._output` and :mod:`._policies` (``run``'s helpers; ``run`` also prints
+:mod:`._explain`'s pairing), :mod:`._compare_plot` (``compare --plot``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import NoReturn
 
 from ._compare import add_compare_parser
 from ._exit import EXIT_USAGE, UsageError
+from ._explain import add_explain_parser
 from ._output import empty_report_dict, write_json
 from ._run import add_run_parser
 from ._serve import add_serve_parsers
@@ -49,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     add_run_parser(commands)
     add_show_parser(commands)
     add_compare_parser(commands)
+    add_explain_parser(commands)
     return parser
 
 

@@ -35,6 +35,7 @@ from ._exit import (
     describe,
     unwrap,
 )
+from ._explain import env_contract, pairing, show_pairing
 from ._output import (
     STDOUT,
     UnwritableReport,
@@ -486,7 +487,7 @@ async def _evaluate(
         # The bar starts below the line that says what runs (printed once connected).
         announced = None if bar is None else functools.partial(nursery.start_soon, bar.run)
         try:
-            await _drive(plan, options, progress, slot, announced)
+            await _drive(plan, options, progress, slot, announced, console)
         finally:
             # The in-process env server and the bar end with the run, before any result
             # or error is printed.
@@ -528,6 +529,7 @@ async def _drive(
     hooks: RuntimeHooks,
     slot: _DriverSlot,
     announced: Callable[[], object] | None = None,
+    console: Console | None = None,
 ) -> None:
     from .._facade import run_local, run_remote
 
@@ -537,6 +539,13 @@ async def _drive(
         if plan.baseline is not None:
             model, label = await _baseline(plan, addresses[0], options.token)
         _announce(plan, label, addresses)
+        if console is not None and getattr(model, "spec", None) is not None:
+            # A spec'd model: what it will see and answer, before the first episode (a
+            # pairing that cannot work ends the run here, exit status 2).
+            contract = await env_contract(addresses[0], options.token, plan.grpc_backend)
+            adapter = pairing(model, repr(plan.model_label), contract)
+            if adapter is not None:
+                show_pairing(console, adapter, f"pairing of {label} with {contract.env_id}:")
         if announced is not None:
             announced()
         if options.record is not None:
@@ -577,11 +586,7 @@ def _announce(plan: _Plan, model_label: str, addresses: Sequence[str]) -> None:
 
 async def _baseline(plan: _Plan, address: str, token: str | None) -> tuple[Any, str]:
     """The policy ``--model random`` or no ``--model`` stands for, from the env's contract."""
-    from ..protocol import read_env_contract
-    from ..transports.grpc import open_env_client
-
-    async with open_env_client(address, token=token, backend=plan.grpc_backend) as client:
-        info = read_env_contract(client.contract)
+    info = await env_contract(address, token, plan.grpc_backend)
     if plan.baseline == "default" and is_cartpole(info):
         return HeuristicCartPole(), "the built-in heuristic CartPole policy (no --model given)"
     why = "it samples the action space"

@@ -11,14 +11,24 @@ pairing, so it holds the pieces apart:
   ``observe_lanes``, ``transform_action_lanes``, ``transform_chunk``, ``record_action``),
   which take the states explicitly;
 - :class:`ApplyError`: a step's observation or action did not fit the plan (a
-  :class:`ValueError`, as RLMesh raises).
+  :class:`ValueError`, as RLMesh raises);
+- :func:`adapter_for` and :func:`pairing_failure`: a model's spec resolved against an env's
+  contract, and how a failure to pair is worded, in every seat.
 """
 
 from __future__ import annotations
 
 from ._errors import ApplyError
 from ._history import EpisodeState
+from ._pairing import adapter_for, pairing_failure
 from ._plans import AdapterPlan
 from ._resolve import OBS_ROOT_KEY
 
-__all__ = ["OBS_ROOT_KEY", "AdapterPlan", "ApplyError", "EpisodeState"]
+__all__ = [
+    "OBS_ROOT_KEY",
+    "AdapterPlan",
+    "ApplyError",
+    "EpisodeState",
+    "adapter_for",
+    "pairing_failure",
+]

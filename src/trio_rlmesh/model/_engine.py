@@ -47,6 +47,7 @@ import attrs
 import trio
 
 from .._errors import Error, ModelError
+from ..adapters import ModelSpec
 from ..runtime._internal import (
     ServingUserCode,
     WorkerUnavailable,
@@ -365,6 +366,23 @@ class ModelEngine:
             _log.warning("%s; its close() was skipped", exc)
 
     # ------------------------------------------------------------------ routes
+
+    @property
+    def spec(self) -> ModelSpec | None:
+        """The model's :class:`~trio_rlmesh.adapters.ModelSpec` (its ``spec`` attribute,
+        read live: ``load`` may set it), or ``None`` when it declares none.
+
+        A model host resolves it against each route's env tags and applies the adapter on
+        every predict, so the model's code sees its own payload.
+        """
+        return getattr(self.model, "spec", None)
+
+    def metadata(self) -> dict[str, Any]:
+        """What the model publishes about itself: its spec under
+        :data:`~trio_rlmesh.adapters.MODEL_METADATA_KEY` (as ``spec.to_metadata()``, where
+        RLMesh's model envelope carries it), or nothing."""
+        spec = self.spec
+        return spec.to_metadata() if isinstance(spec, ModelSpec) else {}
 
     def native_chunk(self) -> int | None:
         """The model's declared chunk length (read live: ``load`` may set it)."""

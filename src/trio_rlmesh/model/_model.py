@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from ..adapters import ModelSpec
 
 __all__ = ["Model"]
 
@@ -38,6 +41,18 @@ class Model:
 
     Declared, it is a promise: a resolve with a larger execution horizon is refused and
     a chunk of any other length fails the predict. May be set in :meth:`load`.
+    """
+
+    spec: ModelSpec | None = None
+    """The model's input and action layout (a :class:`~trio_rlmesh.adapters.ModelSpec`),
+    as ``rlmesh.numpy.Model(fn, spec=...)`` declares it. A class attribute, or set in
+    :meth:`load`.
+
+    Declared, every route resolves an adapter between the env's tags and this spec before
+    its first predict (a pairing that cannot work fails the route, naming what to change),
+    and every step is adapted: the predict corners see the spec's payload and return
+    actions in the spec's layout; the env receives its own. ``None`` (the default): the
+    model sees the env's observations as they are.
     """
 
     allow_fusion: ClassVar[bool] = True

@@ -226,6 +226,9 @@ class RuntimeReport:
     """A fleet run's endpoints, in the order given (empty for a one-endpoint run)."""
     setup: RunSetup | None = None
     """The env and the episode caps the run had (``None`` when it never got to drive)."""
+    pairing: str | None = None
+    """How a spec'd model in this process was paired with the env (the adapter's
+    ``explain()``); ``None`` when no spec was involved, or the model was served."""
     started_at: datetime | None = None
     """When :func:`~trio_rlmesh.run_local` (or ``run_remote``, ``run``) started connecting,
     in UTC; ``None`` for a report made elsewhere (a :class:`RuntimeDriver` run directly)."""
@@ -326,6 +329,7 @@ class RuntimeReport:
             "telemetry": [row.to_json_dict() for row in self.telemetry],
             "summary": self.summary.to_json_dict(),
             "setup": None if self.setup is None else self.setup.to_json_dict(),
+            "pairing": self.pairing,
         }
         if self.endpoints:
             data["endpoints"] = [

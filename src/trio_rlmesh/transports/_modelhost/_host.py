@@ -24,7 +24,9 @@ seats.
   its JoinResponse, the in-process model in each
   :class:`~trio_rlmesh.runtime.ModelPrediction`. Values pass between the wire and the
   model in :meth:`plan` and :meth:`finish` only, which is where a spec'd model's adapter
-  is to be applied.
+  is applied: each group's observation becomes the spec's payload as it is decoded, and
+  each answer becomes env actions before it is encoded (:mod:`._adapt`, whose per-episode
+  states live on the route).
 * **The unresolved-route rule** is RLMesh's model server's: a predict on an env id that
   was never resolved, or was released, fails (INTERNAL, not recoverable) in every seat.
   The runtime resolves before it drives (``run_local`` and ``run`` do it;
@@ -39,13 +41,15 @@ seats.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any, Final, NoReturn
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, NoReturn, TypeVar
 
 import attrs
 import trio
 
 from ..._errors import Error, ModelError
+from ...adapters import Adapter
+from ...adapters._internal import adapter_for, pairing_failure
 from ...model import (
     HeldState,
     ModelEngine,
@@ -65,6 +69,7 @@ from ...model._internal import (
 from ...protocol import SUPPORTED_WORKFLOW_EDITIONS, model_v1
 from ...runtime import EndpointTimings
 from ...runtime._internal import ServingUserCode
+from ._adapt import RouteAdapter
 
 __all__ = ["ModelHost", "PredictPlan", "Route"]
 
@@ -82,7 +87,11 @@ class Route:
     """The env's contract, from the ResolveAdapter's env spec."""
     history: bool
     """Whether the route negotiated observation history (its predicts may carry rows)."""
+    adapter: RouteAdapter | None = None
+    """A spec'd model's adapter on this route, with its episodes' states."""
 
+
+_T = TypeVar("_T")
 
 _NONE_YET: Final[list[Any]] = []
 """The answers and results of a plan not that far yet (shared, never mutated: replaced)."""
@@ -103,6 +112,8 @@ class PredictPlan:
     user_ns: int | None = None
     """Time in the handler's call; ``None`` when no group decoded (no call)."""
     adapter_ns: int | None = None
+    host_adapter_ns: int = 0
+    """Time the host spent applying routes' adapters (decode and encode halves)."""
     held: HeldState | None = None
     encode_ns: int | None = None
     total_ns: int | None = None
@@ -125,10 +136,13 @@ class PredictPlan:
     def timings(self) -> EndpointTimings:
         """The call's phases, once finished: what every answer of the call reports."""
         held = self.held
+        adapter_ns = self.adapter_ns
+        if self.host_adapter_ns:
+            adapter_ns = (adapter_ns or 0) + self.host_adapter_ns
         return EndpointTimings(
             decode_ns=self.decode_ns,
             user_ns=self.user_ns,
-            adapter_ns=self.adapter_ns,
+            adapter_ns=adapter_ns,
             held_episodes=held.episodes if held is not None else None,
             held_state_bytes=held.bytes if held is not None else None,
             encode_ns=self.encode_ns,
@@ -162,6 +176,8 @@ class ModelHost:
         """Held while the handler is called: it sees one call at a time."""
         self.carry = False
         """Answer actions as carried values, not encoded leaves (for an env in this process)."""
+        self._adapter_ns = 0
+        """Adapter time since the last finished plan (drained into it)."""
 
     @classmethod
     def open(
@@ -231,7 +247,20 @@ class ModelHost:
                     operation=RESOLVE,
                     code=exc.code if isinstance(exc, Error) and exc.code else "INTERNAL",
                 ) from exc
-        history = needs is not None and needs.history is not None
+        adapter = self._adapter(env_id, contract, horizon)
+        history_keys = needs.history if needs is not None else None
+        if adapter is not None:
+            refusal = adapter.refusal(request.delivers_history)
+            if refusal is not None:
+                raise ModelError(
+                    f"model {self.name!r} refused the route for "
+                    f"{env_label(env_id, contract.env_name)}: {refusal}",
+                    operation=RESOLVE,
+                    code="INTERNAL",
+                )
+            if history_keys is None:
+                history_keys = adapter.needs(request.delivers_history)
+        history = history_keys is not None
         if history and not request.delivers_history:
             raise ModelError(
                 f"model {self.name!r} needs observation history, but the runtime did not offer "
@@ -242,10 +271,36 @@ class ModelHost:
         response = model_v1.ResolveAdapterResponse()
         if needs is not None and needs.native_chunk is not None:
             response.native_chunk = needs.native_chunk
-        if needs is not None and needs.history is not None:
-            response.history = model_v1.ObservationHistoryNeeds(keys=list(needs.history))
-        self.routes[env_id] = Route(contract, history)
+        if history_keys is not None:
+            response.history = model_v1.ObservationHistoryNeeds(keys=list(history_keys))
+        self.routes[env_id] = Route(contract, history, adapter)
         return response
+
+    def _adapter(self, env_id: str, contract: RouteContract, horizon: int) -> RouteAdapter | None:
+        """The route's adapter when the model declares a spec (read after the route setup
+        loaded the model: ``load`` may set it).
+
+        Raises:
+            ModelError: the spec and the env's tags cannot be paired (``INVALID_REQUEST``),
+                naming the model, the env and what to change.
+        """
+        spec = getattr(self.handler, "spec", None)
+        if spec is None:
+            return None
+        try:
+            adapter = adapter_for(spec, contract)
+        except ValueError as exc:  # AdapterResolutionError and the spec readers' errors
+            raise ModelError(
+                pairing_failure(repr(self.name), env_label(env_id, contract.env_name), exc),
+                operation=RESOLVE,
+                code="INVALID_REQUEST",
+            ) from exc
+        return RouteAdapter(adapter, horizon) if adapter is not None else None
+
+    def adapter(self, env_id: str) -> Adapter | None:
+        """The adapter a resolved route applies (a spec'd model's), or ``None``."""
+        route = self.routes.get(env_id)
+        return route.adapter.adapter if route is not None and route.adapter is not None else None
 
     async def release(self, request: model_v1.ReleaseAdapterRequest) -> None:
         """Forget the route the request names (an unknown one is fine), through the route
@@ -290,6 +345,9 @@ class ModelHost:
         env_id = _env_id(request.context)
         if not env_id:
             raise _malformed("reset_adapter missing env_id", RESET)
+        route = self.routes.get(env_id)
+        if route is not None and route.adapter is not None:
+            route.adapter.reset(request.episode_ids)
         async with self.lock:
             try:
                 setup = self.handler.route_setup()
@@ -364,6 +422,7 @@ class ModelHost:
                     results.append(self._answer(request, group, next(remaining, None)))
         now = time.perf_counter_ns()
         plan.encode_ns, plan.total_ns = now - encode_started, now - plan.started
+        plan.host_adapter_ns, self._adapter_ns = self._adapter_ns, 0
         plan.results = results
         return results
 
@@ -402,9 +461,30 @@ class ModelHost:
                 (context.env_id, route.contract.env_name),
             )
         try:
-            return observation_from_request(request, route.contract, model=self.name)
+            group = observation_from_request(request, route.contract, model=self.name)
         except Error as exc:
             return exc
+        if route.adapter is None:
+            return group
+        adapter = route.adapter
+        return self._adapted(group, lambda: adapter.payload(group))
+
+    def _adapted(self, group: ModelObservation, step: Callable[[], _T]) -> _T | ModelError:
+        """One adapter step for ``group`` (its payload, or its answer's env actions), timed
+        into the call's adapter phase; an observation or action that does not fit the plan
+        is the model's error on that env."""
+        started = time.perf_counter_ns()
+        try:
+            return step()
+        except ValueError as exc:  # ApplyError, and numpy's on a ragged answer
+            return ModelError(
+                f"model {self.name!r} could not adapt {group.env_label}: {exc}",
+                recoverable=False,
+                operation=PREDICT,
+                code="INTERNAL",
+            )
+        finally:
+            self._adapter_ns += time.perf_counter_ns() - started
 
     def _answered(
         self, plan: PredictPlan, answers: Iterable[PredictFrames | Error], started: int
@@ -432,6 +512,14 @@ class ModelHost:
         if isinstance(answer, BaseException):
             return answer
         space = group.action_space
+        route = self.routes.get(group.env_id)
+        if route is not None and route.adapter is not None:
+            adapter = route.adapter
+            answered = answer
+            converted = self._adapted(group, lambda: adapter.actions(group, answered))
+            if isinstance(converted, Error):
+                return converted
+            answer, space = converted, route.contract.action_space
         assert space is not None  # the route's contract always has one
         try:
             actions = encode_frames(

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import trio
 
 from ..._errors import Error
+from ...adapters import Adapter
 from ...model import ModelHandler
 from ...protocol import model_v1
 from ...runtime import ModelPrediction, RuntimeModel
@@ -66,6 +67,7 @@ class ModelHandlerRuntimeModel(RuntimeModel):
         self.handler: ModelHandler = host.handler
         self.name = host.name
         self._wants_history = False
+        self._adapter: Adapter | None = None
         # A replaced predict may yield: only this class's own is known not to.
         self._inline_class = type(self).predict is ModelHandlerRuntimeModel.predict
 
@@ -101,7 +103,14 @@ class ModelHandlerRuntimeModel(RuntimeModel):
         """
         response = await self._host.resolve(request)
         self._wants_history = response.history is not None
+        context = request.context
+        self._adapter = self._host.adapter(context.env_id if context is not None else "")
         return response
+
+    @property
+    def adapter(self) -> Adapter | None:
+        """The adapter the last resolved route applies (a spec'd model's), or ``None``."""
+        return self._adapter
 
     def runs_inline(self, method: str) -> bool:
         """Whether a ``predict`` made now returns without yielding.
