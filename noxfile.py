@@ -25,6 +25,7 @@ nox.options.sessions = [
     "changelog_check",
     "docs",
     "tests",
+    "tests_slow_paths",
     "interop",
     "ray",
 ]
@@ -46,14 +47,28 @@ def _group(name: str) -> list[str]:
     return list(nox.project.dependency_groups(PYPROJECT, name))
 
 
-@nox.session(python=PYTHONS)
-def tests(session: nox.Session) -> None:
-    """Unit and in-memory transport tests against the installed package."""
+def _unit_tests(session: nox.Session, env: dict[str, str] | None = None) -> None:
     # The record extra: its tests run wherever Minari installs (3.11+) and say why not on 3.10.
     # The analysis extra: report intervals and `compare` (their fallback is tested without it).
     session.install(".[gymnasium,record,analysis,adapters]", *_group("test"))
     # The interop suite needs the rlmesh peer and runs in its own session.
-    session.run("pytest", "-m", "not interop", "--ignore=tests/interop", *session.posargs)
+    session.run("pytest", "-m", "not interop", "--ignore=tests/interop", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """Unit and in-memory transport tests against the installed package."""
+    _unit_tests(session)
+
+
+@nox.session(python=DEFAULT_PYTHON)
+def tests_slow_paths(session: nox.Session) -> None:
+    """The same tests with every fast path switched off (``TRIO_RLMESH_NO_FAST_PATHS=1``).
+
+    The plain paths beside the fast ones (today: gRPC DATA frames through h2) run as a
+    whole configuration; one Python is enough, the fast paths depend on no version of it.
+    """
+    _unit_tests(session, {"TRIO_RLMESH_NO_FAST_PATHS": "1"})
 
 
 @nox.session(python=DEFAULT_PYTHON)

@@ -26,7 +26,14 @@ PACKAGE = "trio_rlmesh"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "base",
-        ("trio_rlmesh._version", "trio_rlmesh._errors", "trio_rlmesh._nursery", "trio_rlmesh._png"),
+        (
+            "trio_rlmesh._version",
+            "trio_rlmesh._errors",
+            "trio_rlmesh._nursery",
+            "trio_rlmesh._png",
+            "trio_rlmesh._fastpaths",
+            "trio_rlmesh._timeouts",
+        ),
     ),
     ("spaces", ("trio_rlmesh.spaces",)),
     ("protocol", ("trio_rlmesh.protocol",)),

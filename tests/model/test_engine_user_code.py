@@ -262,19 +262,20 @@ async def test_auto_a_slow_model_stops_blocking_the_loop_once_detected(
     await engine.close()
 
 
-async def test_predict_grouped_inline_is_only_for_an_engine_that_runs_inline(
+async def test_runs_inline_says_when_predict_grouped_returns_without_yielding(
     mock_clock: MockClock,
 ) -> None:
     engine = _engine(Where(), user_code="thread")
     assert not engine.runs_inline
-    with pytest.raises(RuntimeError, match=r"model\.predict does not run inline now"):
-        engine.predict_grouped_inline([observation("e", [1])])
     await engine.close()
     inline = _engine(Where(), user_code="inline")
+    assert not inline.runs_inline  # not loaded yet: the first call loads it on its thread
+    await inline.load()
     assert inline.runs_inline
-    (result,) = inline.predict_grouped_inline([observation("e", [1])])
+    steps = inline.predict_grouped([observation("e", [1])]).__await__()
+    with pytest.raises(StopIteration) as done:
+        steps.send(None)
+    (result,) = done.value.value
     assert not isinstance(result, Exception), result
     await inline.close()
     assert not inline.runs_inline
-    with pytest.raises(RuntimeError, match="is closed"):
-        inline.predict_grouped_inline([observation("e", [1])])

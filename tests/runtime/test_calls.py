@@ -58,29 +58,37 @@ async def test_a_call_records_when_it_finished(autojump_clock: MockClock) -> Non
     assert bound.finished == trio.current_time() == 0.5
 
 
-async def test_inline_answers_skip_the_method_but_not_the_deadline(
+async def test_a_call_announced_inline_has_no_scope_but_a_late_answer_is_a_timeout(
     autojump_clock: MockClock,
 ) -> None:
-    awaited: list[str] = []
+    inline = [True]
 
-    async def method(request: str) -> str:
-        awaited.append(request)
-        return "awaited"
+    async def blocks(request: str) -> str:
+        autojump_clock.jump(float(request))  # blocks the loop this long, never yielding
+        return "answer"
 
-    def inline(request: str) -> str | None:
-        if request == "decline":
-            return None
-        autojump_clock.jump(float(request))  # blocks the loop this long
-        return "inline"
-
-    bound = call(method, inline)
-    assert await bound("decline", None, 1, trio.current_time()) == "awaited"
-    assert await bound("1.0", None, 1, trio.current_time()) == "inline"  # exactly at the bound
-    with pytest.raises(OperationTimeout):
+    bound = call(blocks, lambda: inline[0])
+    assert await bound("1.0", None, 1, trio.current_time()) == "answer"  # exactly at the bound
+    with pytest.raises(OperationTimeout, match=r"env\.step timed out after 1s"):
         await bound("1.5", None, 1, trio.current_time())
-    within_grace = call(method, inline, grace=2.0)
-    assert await within_grace("1.5", None, 1, trio.current_time()) == "inline"
-    assert awaited == ["decline"]
+    within_grace = call(blocks, lambda: inline[0], grace=2.0)
+    assert await within_grace("1.5", None, 1, trio.current_time()) == "answer"
+
+    async def sleeps(request: str) -> str:
+        await trio.sleep(1.5)
+        return "answer"
+
+    # No scope for a call announced inline: one that yields after all runs to its end...
+    start = trio.current_time()
+    with pytest.raises(OperationTimeout):
+        await call(sleeps, lambda: inline[0])("r", None, 1, start)
+    assert trio.current_time() - start == 1.5
+    # ...while any other call is cut off at its limit.
+    inline[0] = False
+    start = trio.current_time()
+    with pytest.raises(OperationTimeout):
+        await call(sleeps, lambda: inline[0])("r", None, 1, start)
+    assert trio.current_time() - start == 1.0
 
 
 async def test_errors_keep_their_class_and_foreign_ones_are_wrapped(

@@ -9,11 +9,10 @@ import trio
 from trio.testing import MockClock
 
 from trio_rlmesh import OperationTimeout
+from trio_rlmesh._timeouts import ENDPOINT_GRACE, LOCAL_TIMEOUT_GRACE
 from trio_rlmesh.protocol import env_v1
 from trio_rlmesh.runtime import EnvResetResult, EnvStepResult, RuntimeReport
-from trio_rlmesh.runtime._interfaces import ENDPOINT_GRACE
 from trio_rlmesh.testing import FakeEnv, FakeModel, Fault
-from trio_rlmesh.transports.grpc._env_client import LOCAL_TIMEOUT_GRACE
 
 from ._support import Recorder, driver
 

@@ -13,6 +13,7 @@ from trio_rlmesh.runtime import (
     ActionReceived,
     ResetCompleted,
     RuntimeDriver,
+    RuntimeEnv,
     RuntimeHooks,
     StepCompleted,
 )
@@ -84,6 +85,6 @@ async def test_reset_completed_follows_episode_started_with_the_envs_answer(
 
 def test_render_needs_an_env_with_a_render_call() -> None:
     env = FakeEnv()
-    assert getattr(env, "render", None) is None
+    assert type(env).render is RuntimeEnv.render  # the seam's default: no render call
     with pytest.raises(SpecError, match="render call"):
         RuntimeDriver(env.session_spec(max_episodes=1), env, FakeModel(), render=True)

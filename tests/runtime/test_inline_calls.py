@@ -1,8 +1,8 @@
-"""Endpoints that answer synchronously (``reset_inline``/``step_inline``/``predict_inline``).
+"""Endpoints whose calls do not yield (``runs_inline``), as the in-process adapters' are.
 
-The driver tries an endpoint's synchronous form first and awaits the call only when that
-form answers ``None``. Deadlines keep their meaning either way: an inline answer that
-comes back after its bound is a timeout, and an awaited call is cut off exactly at it.
+The driver asks ``runs_inline`` before each call and skips its cancel scope for a call that
+will not yield. Deadlines keep their meaning either way: such a call that comes back after
+its bound is a timeout, and any other call is cut off exactly at it.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import trio
 from trio.testing import MockClock
 
 from trio_rlmesh import OperationTimeout
-from trio_rlmesh.protocol import env_v1, model_v1
-from trio_rlmesh.runtime._interfaces import EnvResetResult, EnvStepResult, ModelPrediction
+from trio_rlmesh.protocol import env_v1
+from trio_rlmesh.runtime._interfaces import EnvResetResult, EnvStepResult
 from trio_rlmesh.testing import FakeEnv, FakeModel
 
 from ._support import driver, row
 
 
 class InlineEnv(FakeEnv):
-    """A FakeEnv that also serves its calls synchronously (unless told to decline)."""
+    """A FakeEnv that says its calls do not yield (true without delays), unless told not to."""
 
     def __init__(self, clock: MockClock | None = None, **kw: Any) -> None:
         super().__init__(**kw)
@@ -31,38 +31,27 @@ class InlineEnv(FakeEnv):
         self.slow_step: float = 0.0
         self.inline_calls = 0
         self.awaited_calls = 0
+        self._announced = False
 
-    def _sync(self, call: Any) -> Any:
-        # FakeEnv's own calls never yield without delays, so one send runs them through.
-        coro = call()
-        try:
-            coro.send(None)
-        except StopIteration as done:
-            return done.value
-        raise AssertionError("the fake env yielded")  # pragma: no cover
+    def runs_inline(self, method: str) -> bool:
+        self._announced = not self.decline
+        return self._announced
 
-    def reset_inline(self, request: env_v1.ResetRequest) -> EnvResetResult | None:
-        if self.decline:
-            return None
-        self.inline_calls += 1
-        result: EnvResetResult = self._sync(lambda: FakeEnv.reset(self, request))
-        return result
-
-    def step_inline(self, request: env_v1.StepRequest) -> EnvStepResult | None:
-        if self.decline:
-            return None
-        self.inline_calls += 1
-        if self.slow_step and self.clock is not None:
-            self.clock.jump(self.slow_step)  # a step that blocks the loop this long
-        result: EnvStepResult = self._sync(lambda: FakeEnv.step(self, request))
-        return result
+    def _count(self) -> None:
+        if self._announced:
+            self.inline_calls += 1
+        else:
+            self.awaited_calls += 1
+        self._announced = False
 
     async def reset(self, request: env_v1.ResetRequest) -> EnvResetResult:
-        self.awaited_calls += 1
+        self._count()
         return await super().reset(request)
 
     async def step(self, request: env_v1.StepRequest) -> EnvStepResult:
-        self.awaited_calls += 1
+        self._count()
+        if self.slow_step and self.clock is not None:
+            self.clock.jump(self.slow_step)  # a step that blocks the loop this long
         return await super().step(request)
 
 
@@ -71,18 +60,12 @@ class InlineModel(FakeModel):
         super().__init__(**kw)
         self.inline_calls = 0
 
-    def predict_inline(self, request: model_v1.PredictRequest) -> ModelPrediction | None:
+    def runs_inline(self, method: str) -> bool:
         self.inline_calls += 1
-        coro = FakeModel.predict(self, request)
-        try:
-            coro.send(None)
-        except StopIteration as done:
-            result: ModelPrediction = done.value
-            return result
-        raise AssertionError("the fake model yielded")  # pragma: no cover
+        return True
 
 
-async def test_inline_forms_serve_every_call_and_the_report_is_unchanged(
+async def test_calls_announced_inline_leave_the_report_unchanged(
     autojump_clock: MockClock,
 ) -> None:
     plain = await driver(FakeEnv(episode_length=3), FakeModel(), max_episodes=2).run()
@@ -99,7 +82,9 @@ async def test_inline_forms_serve_every_call_and_the_report_is_unchanged(
     ]
 
 
-async def test_a_declined_inline_call_is_awaited(autojump_clock: MockClock) -> None:
+async def test_a_call_not_announced_inline_is_awaited_under_a_scope(
+    autojump_clock: MockClock,
+) -> None:
     env = InlineEnv(episode_length=2)
     env.decline = True
     report = await driver(env, InlineModel()).run()
@@ -125,7 +110,7 @@ async def test_an_inline_answer_exactly_at_the_bound_is_in_time(autojump_clock: 
     assert report.status == "completed"
 
 
-async def test_awaited_call_after_a_declined_inline_one_keeps_its_exact_deadline(
+async def test_a_call_not_announced_inline_keeps_its_exact_deadline(
     autojump_clock: MockClock,
 ) -> None:
     env = InlineEnv(episode_length=5, delays={"env.step": 10.0})

@@ -611,24 +611,30 @@ async def test_auto_counts_an_abandoned_call_as_slow(autojump_clock: MockClock) 
     await worker.aclose()
 
 
-async def test_call_inline_runs_only_where_run_would_run_inline(mock_clock: MockClock) -> None:
-    thread = ThreadWorker("m")
-    with pytest.raises(RuntimeError, match=r"m: model\.predict does not run inline now"):
-        thread.call_inline("model.predict", _ident)
+def _at_once(call: Any) -> Any:
+    steps = call.__await__()
+    with pytest.raises(StopIteration) as done:
+        steps.send(None)
+    return done.value.value
+
+
+async def test_run_does_not_yield_where_it_runs_inline(mock_clock: MockClock) -> None:
+    assert not ThreadWorker("m").runs_inline("model.predict")
     inline = InlineWorker("m")
-    assert inline.call_inline("model.predict", _ident) == threading.get_ident()
+    assert inline.runs_inline("model.predict")
+    assert _at_once(inline.run("model.predict", _ident)) == threading.get_ident()
     await inline.aclose()
     assert not inline.runs_inline("model.predict")
     with pytest.raises(WorkerClosed):
-        inline.call_inline("model.predict", _ident)
-    # "auto": a synchronous call is timed and accounted as an inline run() call is.
+        await inline.run("model.predict", _ident)
+    # "auto": a call that runs inline is timed and accounted, and does not yield either.
     policy = InlinePolicy(threshold=1.0, promote=1)
     worker = AdaptiveWorker("m", inline_operations=("model.predict",), policy=policy)
-    with pytest.raises(RuntimeError, match="does not run inline now"):
-        worker.call_inline("model.predict", _ident)
+    assert not worker.runs_inline("model.predict")
     step = _Timed(mock_clock, [0.0, 2.0])
     await worker.run("model.predict", step)
-    assert worker.call_inline("model.predict", step) == 2
+    assert worker.runs_inline("model.predict")
+    assert _at_once(worker.run("model.predict", step)) == 2
     assert step.threads[1] == threading.get_ident()
     assert not policy.inline
     assert policy.needed == 2

@@ -66,6 +66,39 @@ async def test_env_check_catches_a_hang(autojump_clock: MockClock) -> None:
     assert trio.current_time() == 2
 
 
+async def test_checks_catch_a_call_that_yields_although_runs_inline_said_it_would_not(
+    autojump_clock: MockClock,
+) -> None:
+    class Claims(FakeEnv):
+        def runs_inline(self, method: str) -> bool:
+            return method == "step"
+
+    env = Claims(delays={"env.step": 0.1})  # a step that sleeps: it yields
+    with pytest.raises(ConformanceError, match=r"env\.step yielded to the event loop"):
+        await check_runtime_env(env, env.contract)
+    await check_runtime_env(Claims(), Claims().contract)  # no delay: it does not yield
+
+    class Lies(FakeModel):
+        def runs_inline(self, method: str) -> bool:
+            return True
+
+    with pytest.raises(ConformanceError, match=r"model\.predict yielded"):
+        await check_runtime_model(Lies(delays={"model.predict": 0.1}), FakeEnv().contract)
+
+
+def test_the_checks_want_every_member_of_the_seam() -> None:
+    class Partial:
+        """Written from the old docs: reset, step and close only."""
+
+        async def reset(self, request: env_v1.ResetRequest) -> None: ...
+        async def step(self, request: env_v1.StepRequest) -> None: ...
+        async def close(self, timeout: float) -> None: ...  # noqa: ASYNC109
+
+    assert not isinstance(Partial(), RuntimeEnv)
+    with pytest.raises(ConformanceError, match="render, runs_inline and enforces_deadlines"):
+        trio.run(check_runtime_env, Partial(), FakeEnv().contract)
+
+
 async def test_model_check_catches_a_context_that_is_not_echoed() -> None:
     with pytest.raises(ConformanceError, match="echo the request's AdapterContext"):
         await check_runtime_model(FakeModel(mismatch_context=True), FakeEnv().contract)

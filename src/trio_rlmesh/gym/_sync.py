@@ -20,6 +20,7 @@ import numpy as np
 from typing_extensions import Self
 
 from .._errors import SpecError
+from .._timeouts import SYNC_CLOSE_TIMEOUT
 from ..transports.grpc import BackendName, GrpcSettings
 from ._async import (
     DEFAULT_REQUEST_TIMEOUT,
@@ -30,9 +31,6 @@ from ._async import (
 from ._thread import TrioThread
 
 __all__ = ["RemoteEnv", "RemoteVectorEnv"]
-
-CLOSE_TIMEOUT = 10.0
-"""Seconds ``close()`` (and the exit-time finalizer) waits for the trio thread to end."""
 
 
 class _Bound:
@@ -65,7 +63,7 @@ def _start(
     runner: TrioThread[Any] = TrioThread(
         functools.partial(opener, address, **options),
         name=f"trio-rlmesh {kind} {address}",
-        close_timeout=CLOSE_TIMEOUT,
+        close_timeout=SYNC_CLOSE_TIMEOUT,
     )
     remote = runner.resource
     try:

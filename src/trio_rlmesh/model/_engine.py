@@ -276,29 +276,13 @@ class ModelEngine:
 
     @property
     def runs_inline(self) -> bool:
-        """Whether :meth:`predict_grouped_inline` may stand in for a predict now.
+        """Whether :meth:`predict_grouped` made now returns without yielding.
 
-        True while the engine is open in ``user_code="inline"`` mode, and in ``"auto"``
-        mode while its worker runs predicts inline: the in-process adapter then skips the
-        await.
+        True while the engine is loaded and open in ``user_code="inline"`` mode, and in
+        ``"auto"`` mode while its worker runs predicts inline: the in-process adapter then
+        tells the driver it may skip its cancel scope.
         """
-        return not self._closed and self._worker.runs_inline("model.predict")
-
-    def predict_grouped_inline(
-        self, observations: list[ModelObservation]
-    ) -> list[PredictFrames | Error]:
-        """:meth:`predict_grouped` on the trio thread, now; only while :attr:`runs_inline`.
-
-        Unlike calling :meth:`predict_grouped_sync` directly, the call is accounted by the
-        engine's worker, so in ``"auto"`` mode a slow predict moves the next ones back to
-        the worker thread.
-
-        Raises:
-            RuntimeError: :attr:`runs_inline` is false.
-        """
-        if self._closed:
-            raise RuntimeError(f"model {self.name!r} is closed")
-        return self._worker.call_inline("model.predict", self.predict_grouped_sync, observations)
+        return self._loaded and not self._closed and self._worker.runs_inline("model.predict")
 
     def route_setup(self) -> RouteSetup:
         return self._route_setup

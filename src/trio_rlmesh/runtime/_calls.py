@@ -7,7 +7,8 @@ the pure machines (:mod:`._episodes`, :mod:`._plans`).
   operation under its limit and gives its errors their context. An endpoint that enforces
   the request's ``timeout_ms`` itself is bounded only by ``limit + grace``, so its own
   timeout answer reaches the caller; every other call is cut off exactly at its limit, and
-  a synchronous answer that comes back late is a timeout too.
+  one that the endpoint said would not yield (``runs_inline``) and comes back late is a
+  timeout too.
 * :class:`Predictor` is one driver's predicts: the call it makes on its own, and the
   accounting and checks of its part of a fused call, which :func:`call_fused` makes.
 * :class:`Background` runs ``reset_adapter`` evictions without blocking the loop.
@@ -21,6 +22,7 @@ the pure machines (:mod:`._episodes`, :mod:`._plans`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -28,10 +30,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import trio
 
 from .._errors import EnvError, Error, ModelError, OperationTimeout, ProtocolError
+from .._timeouts import ENDPOINT_GRACE
 from ..protocol import env_v1, model_v1, spaces_v1
 from ._advisories import FailureLog
 from ._interfaces import (
-    ENDPOINT_GRACE,
     EnvResetResult,
     EnvStepResult,
     ModelPrediction,
@@ -108,12 +110,12 @@ class Call(Generic[_R, _T]):
         "error_class",
         "finished",
         "grace",
-        "inline",
         "limit",
         "method",
         "now",
         "op",
         "route",
+        "runs_inline",
         "timeout",
     )
 
@@ -123,7 +125,7 @@ class Call(Generic[_R, _T]):
         limit: str,
         timeout: float | None,
         method: Callable[[_R], Awaitable[_T]],
-        inline: Callable[[_R], _T | None] | None = None,
+        runs_inline: Callable[[], bool] | None = None,
         *,
         error_class: type[Error],
         route: str,
@@ -135,8 +137,8 @@ class Call(Generic[_R, _T]):
         """The ``RuntimeLimits`` field a timeout names."""
         self.timeout = timeout
         self.method = method
-        self.inline = inline
-        """The endpoint's synchronous form of the call, if it has one."""
+        self.runs_inline = runs_inline
+        """Whether ``method`` would answer now without yielding (``None``: never)."""
         self.error_class = error_class
         """What a foreign exception is wrapped into."""
         self.route = route
@@ -148,22 +150,17 @@ class Call(Generic[_R, _T]):
     async def __call__(self, request: _R, lane: int | None, step: int, started: float) -> _T:
         """``method(request)``, bounded by ``timeout + grace`` from ``started``.
 
-        ``inline``, when set, answers ``None`` when it cannot serve the call synchronously
-        right now, and ``method`` runs instead. A synchronous answer never reaches a
-        checkpoint, so no cancel scope could interrupt it; it gets the same late-answer
-        check as an endpoint that blocks the event loop inside ``method``. Skipping the
-        scope (and, without a deadline, skipping it for ``method`` too) keeps the
-        in-process path cheap: entering and leaving a cancel scope costs more than a
-        Gymnasium step.
+        When ``runs_inline()`` says the call will not yield, it runs without a cancel
+        scope: nothing could interrupt it, so it gets the same late-answer check as an
+        endpoint that blocks the event loop unannounced. Skipping the scope (and, without a
+        deadline, skipping it for every call) keeps the in-process path cheap: entering
+        and leaving a cancel scope costs more than a Gymnasium step.
         """
-        op, timeout, inline = self.op, self.timeout, self.inline
+        op, timeout, runs_inline = self.op, self.timeout, self.runs_inline
         deadline = math.inf if timeout is None else started + timeout + self.grace
         timed_out = False
         try:
-            answer = inline(request) if inline is not None else None
-            if answer is not None:
-                result = answer
-            elif timeout is None:
+            if timeout is None or (runs_inline is not None and runs_inline()):
                 result = await self.method(request)
             else:
                 with trio.CancelScope(deadline=deadline) as scope:
@@ -199,7 +196,7 @@ class Call(Generic[_R, _T]):
 class EndpointCalls:
     """A run's endpoint operations, each bound once to its method, synchronous form and limit.
 
-    ``reset``, ``step`` and ``predict`` use the endpoint's optional inline fast path
+    ``reset``, ``step`` and ``predict`` ask the endpoint's ``runs_inline`` before each call
     (a fused predict is the fleet's call, :class:`~trio_rlmesh.runtime._fleet.Fleet`);
     ``render`` exists with ``render=True`` only. An env that answers TIMEOUT itself gets
     a grace, so its answer, with its code, wins the race with the driver's scope.
@@ -211,24 +208,25 @@ class EndpointCalls:
         self, spec: RuntimeSessionSpec, env: RuntimeEnv, model: RuntimeModel, *, render: bool
     ) -> None:
         limits, route = spec.limits, spec.env_id
-        grace = ENDPOINT_GRACE if getattr(env, "enforces_deadlines", False) else 0.0
+        grace = ENDPOINT_GRACE if env.enforces_deadlines else 0.0
         step_limit, predict_limit = limits.env_step_timeout, limits.model_predict_timeout
+        inline = functools.partial
         self.reset: Call[env_v1.ResetRequest, EnvResetResult] = Call(
             "env.reset", "env_reset_timeout", limits.env_reset_timeout, env.reset,
-            getattr(env, "reset_inline", None), error_class=EnvError, route=route, grace=grace,
+            inline(env.runs_inline, "reset"), error_class=EnvError, route=route, grace=grace,
         )  # fmt: skip
         self.step: Call[env_v1.StepRequest, EnvStepResult] = Call(
             "env.step", "env_step_timeout", step_limit, env.step,
-            getattr(env, "step_inline", None), error_class=EnvError, route=route, grace=grace,
+            inline(env.runs_inline, "step"), error_class=EnvError, route=route, grace=grace,
         )  # fmt: skip
         self.predict: Call[model_v1.PredictRequest, ModelPrediction] = Call(
             "model.predict", "model_predict_timeout", predict_limit, model.predict,
-            getattr(model, "predict_inline", None), error_class=ModelError, route=route,
+            inline(model.runs_inline, "predict"), error_class=ModelError, route=route,
         )  # fmt: skip
         self.render: Call[env_v1.RenderRequest, env_v1.RenderResponse] | None = None
         if render:
             self.render = Call(
-                "env.render", "env_step_timeout", step_limit, env.render,  # type: ignore[attr-defined]
+                "env.render", "env_step_timeout", step_limit, env.render,
                 error_class=EnvError, route=route, grace=grace,
             )  # fmt: skip
 

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 from .._errors import EnvError, SpecError
 from ..protocol import env_v1
+from ._interfaces import RuntimeEnv
 
 if TYPE_CHECKING:
     from ._calls import Call
-    from ._interfaces import RuntimeEnv
     from ._spec import RuntimeSessionSpec
 
 __all__ = ["check_renders", "render_frames"]
@@ -21,7 +21,8 @@ _PNG_FORMATS = (int(env_v1.RenderFormat.UNSPECIFIED), int(env_v1.RenderFormat.PN
 def check_renders(spec: RuntimeSessionSpec, env: RuntimeEnv) -> None:
     """Refuse ``render=True`` where the driver cannot get one frame per lane."""
     where = f"the env at {spec.env_component_id}"
-    if getattr(env, "render", None) is None:
+    # RuntimeEnv's own render is the declared "none"; a class that leaves it out has none too.
+    if getattr(type(env), "render", RuntimeEnv.render) is RuntimeEnv.render:
         raise SpecError(
             f"rendering frames needs an env endpoint with a render call; {where} has none"
         )

@@ -8,7 +8,7 @@ users swap in any object that satisfies these Protocols (see ``trio_rlmesh.testi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import attrs
 
@@ -16,7 +16,6 @@ from .._errors import Error
 from ..protocol import env_v1, model_v1
 
 __all__ = [
-    "ENDPOINT_GRACE",
     "EndpointTimings",
     "EnvResetResult",
     "EnvStepResult",
@@ -79,16 +78,6 @@ class EndpointTimings:
 
 NO_TIMINGS = EndpointTimings()
 
-ENDPOINT_GRACE: Final = 2.0
-"""Seconds the driver waits past a limit for an env that ``enforces_deadlines`` itself.
-
-Such an env answers a request that outlives its ``timeout_ms`` with its own
-:class:`~trio_rlmesh.OperationTimeout` (a served env's TIMEOUT, with its code), and a
-client's local fallback timer fires soon after (``LOCAL_TIMEOUT_GRACE``, 1 s, in the gRPC
-env client). The driver cuts the call off only at ``limit + ENDPOINT_GRACE``, so the
-endpoint's answer, not the driver's own scope, is what the caller sees.
-"""
-
 
 @attrs.frozen
 class EnvResetResult:
@@ -129,7 +118,7 @@ class ModelPrediction:
 
 @runtime_checkable
 class RuntimeEnv(Protocol):
-    """An env endpoint the driver can reset, step and close.
+    """An env endpoint the driver can reset, step, render and close.
 
     Implementations raise :class:`~trio_rlmesh.EnvError` (or
     :class:`~trio_rlmesh.TransportError`, :class:`~trio_rlmesh.OperationTimeout`)
@@ -137,25 +126,48 @@ class RuntimeEnv(Protocol):
     A lane endpoint (``subset_step``) accepts concurrent calls for different lanes,
     each naming its lane in ``env_indices``.
 
-    Optional fast path: an in-process implementation may also define synchronous
-    ``reset_inline(request)`` / ``step_inline(request)`` returning the result, or
-    ``None`` to say "use the async method this time". The driver tries them first: a
-    call that never yields needs no cancel scope or extra scheduler round, and its
-    deadline is still enforced (an answer that arrives late fails the run).
+    These are all the members the driver uses. Three have defaults, which a class gets by
+    subclassing ``RuntimeEnv`` explicitly (a class that does not must define them):
+    :attr:`enforces_deadlines` (``False``), :meth:`runs_inline` (never) and
+    :meth:`render` (no render call: ``render=True`` is refused up front).
 
-    Optional attribute ``enforces_deadlines`` (default ``False``): ``True`` says the
-    endpoint itself answers every request within the request's ``timeout_ms``, raising
-    :class:`~trio_rlmesh.OperationTimeout` when it runs out (a gRPC client whose server
-    answers TIMEOUT). The driver then bounds each call only by ``timeout +``
-    :data:`ENDPOINT_GRACE`; otherwise (fakes, in-process adapters) the driver is the
-    only enforcer and cuts the call off exactly at its limit.
+    Example::
 
-    Optional method ``render(request: env_v1.RenderRequest) -> env_v1.RenderResponse``:
-    the env's picture of one lane (``request.env_indices``, lane 0 when empty) as a PNG
-    frame, or a response without a frame when it has none. The driver calls it only when
-    asked to render (``RuntimeDriver(render=True)``, e.g. to record videos); both adapters
-    here (``EnvClientRuntimeEnv``, ``GymEnvRuntimeEnv``) have it.
+        class MyEnv(RuntimeEnv):
+            async def reset(self, request): ...
+            async def step(self, request): ...
+            async def close(self, timeout): ...
     """
+
+    enforces_deadlines: bool = False
+    """``True`` says the endpoint itself answers every request within the request's
+    ``timeout_ms``, raising :class:`~trio_rlmesh.OperationTimeout` when it runs out (a gRPC
+    client whose server answers TIMEOUT). The driver then bounds each call only by
+    ``timeout + ENDPOINT_GRACE`` (2 s, ``trio_rlmesh._timeouts``); otherwise (fakes,
+    in-process adapters) the driver is the only enforcer and cuts the call off exactly at
+    its limit."""
+
+    def runs_inline(self, method: str) -> bool:
+        """Whether a call of ``method`` (``"reset"`` or ``"step"``) made now returns without
+        yielding to the event loop.
+
+        Read just before each call. ``True`` lets the driver skip the cancel scope that
+        bounds the call (entering one costs more than a Gymnasium step): a call that does
+        not yield cannot be interrupted anyway, and one that answers after its limit is a
+        timeout all the same. Answer ``True`` only when sure: a call that yields after all
+        then runs without a bound. The default answers ``False``.
+        """
+        return False
+
+    async def render(self, request: env_v1.RenderRequest) -> env_v1.RenderResponse:
+        """The env's picture of one lane (``request.env_indices``, lane 0 when empty) as a
+        PNG frame, or a response without a frame when it has none.
+
+        The driver calls it only when asked to render (``RuntimeDriver(render=True)``, e.g.
+        to record videos). The default is "no render call": a class that does not define
+        its own is refused ``render=True`` when the driver is made.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no render call")
 
     async def reset(self, request: env_v1.ResetRequest) -> EnvResetResult:
         """Reset the lanes in ``request.env_indices`` (all when empty)."""
@@ -178,9 +190,15 @@ class RuntimeModel(Protocol):
     returned as its :class:`~trio_rlmesh.Error` in place, never raised, so one bad
     group does not sink the others.
 
-    Like :class:`RuntimeEnv`, an in-process implementation may offer a synchronous
-    ``predict_inline(request)`` that returns the prediction or ``None``.
+    These are all the members the driver uses; :meth:`runs_inline` has a default
+    (never), which a class gets by subclassing ``RuntimeModel`` explicitly.
     """
+
+    def runs_inline(self, method: str) -> bool:
+        """Whether a call of ``method`` (``"predict"``) made now returns without yielding
+        to the event loop; see :meth:`RuntimeEnv.runs_inline`. The default answers
+        ``False``."""
+        return False
 
     @property
     def wants_history(self) -> bool:

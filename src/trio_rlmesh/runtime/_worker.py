@@ -17,8 +17,8 @@ user object gets a :class:`Worker`, and every call into the object goes through 
   ``trio.lowlevel.reschedule``. No thread pool, no capacity limiter, no context copy.
   ``bench/bench_worker.py`` measures both paths against ``trio.to_thread.run_sync``.
 * :class:`InlineWorker` (``user_code="inline"``) calls the object on the trio thread.
-  It is the fastest path, and adapters may then offer synchronous fast paths
-  (``step_inline`` ...), but nothing can interrupt a call that blocks.
+  It is the fastest path (:meth:`Worker.run` then never yields, which adapters report
+  through their ``runs_inline``), but nothing can interrupt a call that blocks.
 * :class:`AdaptiveWorker` (``user_code="auto"``: env servers, and models run against a
   served env) runs chosen operations (``env.step``, ``model.predict``) inline while
   :class:`InlinePolicy` finds the object's recent calls quick,
@@ -228,20 +228,9 @@ class Worker(abc.ABC):
         return None
 
     def runs_inline(self, operation: str) -> bool:
-        """Whether a call of ``operation`` made now would run on the trio thread."""
+        """Whether a call of ``operation`` made now would run on the trio thread (:meth:`run`
+        then does not yield)."""
         return False
-
-    def call_inline(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
-        """Call ``fn(*args)`` on the trio thread now, as :meth:`run` would inline.
-
-        The synchronous fast path of adapters: valid only while :meth:`runs_inline` says
-        so for ``operation`` (the call is then accounted as :meth:`run` accounts it).
-
-        Raises:
-            RuntimeError: the worker would not run ``operation`` inline now.
-            BaseException: whatever ``fn`` raised.
-        """
-        raise RuntimeError(f"{self.name}: {operation} does not run inline now")
 
     @abc.abstractmethod
     async def run(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
@@ -293,14 +282,11 @@ class InlineWorker(Worker):
     def runs_inline(self, operation: str) -> bool:
         return not self._closed
 
-    def call_inline(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
+    async def run(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
         if self._closed:
             raise WorkerClosed(worker=self.name, operation=operation)
         self._calls += 1
         return fn(*args)
-
-    async def run(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
-        return self.call_inline(operation, fn, *args)
 
     async def aclose(
         self, operation: str = "close", fn: Callable[..., object] | None = None, *args: Any
@@ -796,7 +782,7 @@ class AdaptiveWorker(Worker):
             return await self.thread.run(operation, fn, *args)
         if self.runs_inline(operation):
             await trio.lowlevel.checkpoint_if_cancelled()
-            return self.call_inline(operation, fn, *args)
+            return self._call_inline(operation, fn, *args)
         clock = trio.lowlevel.current_clock().current_time
         elapsed: list[float] = []
         try:
@@ -807,9 +793,7 @@ class AdaptiveWorker(Worker):
             if elapsed or self.thread._current is not None:
                 self.policy.observe(elapsed[0] if elapsed else None, ran_inline=False)
 
-    def call_inline(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
-        if not self.runs_inline(operation):
-            raise RuntimeError(f"{self.name}: {operation} does not run inline now")
+    def _call_inline(self, operation: str, fn: Callable[..., _T], *args: Any) -> _T:
         clock = trio.lowlevel.current_clock().current_time
         self._calls += 1
         started = clock()

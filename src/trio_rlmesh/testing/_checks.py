@@ -2,11 +2,13 @@
 
 Each check drives the implementation through the calls the driver makes, with the
 shapes the driver sends, and raises :class:`ConformanceError` naming the first thing
-that differs from what the driver needs. Every call is bounded by ``call_timeout``.
+that differs from what the driver needs. Every call is bounded by ``call_timeout``; a call
+the implementation's ``runs_inline`` announced must not yield at all.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -37,10 +39,34 @@ def _require(condition: bool, message: str) -> None:
         raise ConformanceError(message)
 
 
-async def _bounded(what: str, seconds: float, call: Callable[[], Awaitable[_T]]) -> _T:
-    with trio.move_on_after(seconds):
-        return await call()
-    raise ConformanceError(f"{what} did not answer within {seconds:g}s")
+async def _bounded(
+    what: str, seconds: float, call: Callable[[], Awaitable[_T]], *, inline: bool = False
+) -> _T:
+    """``call()`` within ``seconds``; with ``inline`` (the endpoint's ``runs_inline`` said
+    so), to its end without yielding once, as the driver then relies on."""
+    if not inline:
+        with trio.move_on_after(seconds):
+            return await call()
+        raise ConformanceError(f"{what} did not answer within {seconds:g}s")
+    coroutine = call().__await__()
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        result: _T = done.value
+        return result
+    # Dropped where it yielded: the check has failed whatever the call would have done.
+    with contextlib.suppress(BaseException):
+        coroutine.close()
+    raise ConformanceError(
+        f"{what} yielded to the event loop although runs_inline said it would not: answer "
+        "False from runs_inline for a call that may wait"
+    )
+
+
+def _inline(endpoint: RuntimeEnv | RuntimeModel, method: str) -> bool:
+    answer = endpoint.runs_inline(method)
+    _require(isinstance(answer, bool), f"runs_inline({method!r}) must answer a bool")
+    return answer
 
 
 def _spaces(contract: core_v1.EnvContract) -> tuple[spaces_v1.SpaceSpec, spaces_v1.SpaceSpec]:
@@ -112,7 +138,12 @@ async def check_runtime_env(
     >>> env = FakeEnv()
     >>> trio.run(check_runtime_env, env, env.contract)
     """
-    _require(isinstance(env, RuntimeEnv), "not a RuntimeEnv: reset, step and close are required")
+    _require(
+        isinstance(env, RuntimeEnv),
+        "not a RuntimeEnv: reset, step, close, render, runs_inline and enforces_deadlines are "
+        "required (subclass RuntimeEnv to get the defaults of the last three)",
+    )
+    _require(isinstance(env.enforces_deadlines, bool), "enforces_deadlines must be a bool")
     observation_space, action_space = _spaces(contract)
     lanes = max(1, contract.num_envs)
     ids = [mint_uuid7() for _ in range(lanes)]
@@ -122,6 +153,7 @@ async def check_runtime_env(
         lambda: env.reset(
             env_v1.ResetRequest(timeout_ms=DEFAULT_ENV_TIMEOUT_MS, episode_ids=list(ids))
         ),
+        inline=_inline(env, "reset"),
     )
     _require(isinstance(reset, EnvResetResult), "env.reset must return an EnvResetResult")
     _check_value("the reset observation", reset.response.observation, observation_space, lanes)
@@ -137,6 +169,7 @@ async def check_runtime_env(
                 episode_ids=list(ids),
             )
         ),
+        inline=_inline(env, "step"),
     )
     _require(isinstance(step, EnvStepResult), "env.step must return an EnvStepResult")
     response = step.response
@@ -189,6 +222,17 @@ async def check_runtime_env(
                 len(lane_step.response.rewards) <= lanes,
                 "a one-lane step returned more rewards than lanes",
             )
+    if contract.render_mode and type(env).render is not RuntimeEnv.render:
+        rendered = await _bounded(
+            "env.render",
+            call_timeout,
+            lambda: env.render(
+                env_v1.RenderRequest(env_indices=[0], timeout_ms=DEFAULT_ENV_TIMEOUT_MS)
+            ),
+        )
+        _require(
+            isinstance(rendered, env_v1.RenderResponse), "env.render must answer a RenderResponse"
+        )
     await _bounded("env.close", call_timeout, lambda: env.close(call_timeout))
 
 
@@ -215,7 +259,8 @@ async def check_runtime_model(
     _require(
         isinstance(model, RuntimeModel),
         "not a RuntimeModel: wants_history, fuses_predicts, resolve, predict, predict_group, "
-        "reset_adapter and release_adapter are required",
+        "reset_adapter, release_adapter and runs_inline are required (subclass RuntimeModel "
+        "to get the default of the last)",
     )
     _require(isinstance(model.wants_history, bool), "wants_history must be a bool")
     _require(isinstance(model.fuses_predicts, bool), "fuses_predicts must be a bool")
@@ -254,7 +299,12 @@ async def check_runtime_model(
             _check_value(f"{what} frame {index}", frame, action_space, width)
 
     single = request(lanes)
-    prediction = await _bounded("model.predict", call_timeout, lambda: model.predict(single))
+    prediction = await _bounded(
+        "model.predict",
+        call_timeout,
+        lambda: model.predict(single),
+        inline=_inline(model, "predict"),
+    )
     check(single, prediction, lanes, "model.predict")
 
     group = [request(1), request(lanes)]

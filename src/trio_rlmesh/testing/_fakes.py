@@ -22,6 +22,8 @@ from ..runtime import (
     EnvResetResult,
     EnvStepResult,
     ModelPrediction,
+    RuntimeEnv,
+    RuntimeModel,
     RuntimeSessionSpec,
 )
 
@@ -93,7 +95,7 @@ class _Lane:
     episodes: int = 0
 
 
-class FakeEnv:
+class FakeEnv(RuntimeEnv):
     """A scripted :class:`~trio_rlmesh.runtime.RuntimeEnv`.
 
     Args:
@@ -328,7 +330,7 @@ class FakeEnv:
         self.closed = True
 
 
-class FakeModel:
+class FakeModel(RuntimeModel):
     """A scripted :class:`~trio_rlmesh.runtime.RuntimeModel`.
 
     Args:

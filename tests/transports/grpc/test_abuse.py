@@ -20,6 +20,7 @@ import trio
 import trio.lowlevel
 import trio.testing
 
+from trio_rlmesh._timeouts import GOAWAY_GRACE
 from trio_rlmesh.protocol import core_v1, env_v1
 from trio_rlmesh.transports.grpc import (
     BackendName,
@@ -31,7 +32,6 @@ from trio_rlmesh.transports.grpc import (
 from trio_rlmesh.transports.grpc._address import parse_address
 from trio_rlmesh.transports.grpc._backend import Handler, RunningServer
 from trio_rlmesh.transports.grpc._codec import encode
-from trio_rlmesh.transports.grpc._guard import GOAWAY_GRACE
 from trio_rlmesh.transports.grpc._h2 import H2Connection, H2Stream
 from trio_rlmesh.transports.grpc._handshake import (
     ENV_HANDSHAKE,

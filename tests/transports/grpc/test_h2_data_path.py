@@ -25,9 +25,13 @@ import trio
 import trio.testing
 
 from trio_rlmesh.transports.grpc._framing import frame
-from trio_rlmesh.transports.grpc._h2 import H2Connection, H2Stream
+from trio_rlmesh.transports.grpc._h2 import FAST_DATA, H2Connection, H2Stream
 from trio_rlmesh.transports.grpc._settings import GrpcSettings
 from trio_rlmesh.transports.grpc._status import ConnectionLost, Status
+
+# What these tests check is the fast path itself; with it switched off (nox -s
+# tests_slow_paths) every frame goes through h2, which the rest of the suite covers.
+pytestmark = pytest.mark.skipif(not FAST_DATA, reason="the DATA fast path is switched off")
 
 QUIET = GrpcSettings(keepalive_interval=None)
 SMALL_WINDOWS = GrpcSettings(

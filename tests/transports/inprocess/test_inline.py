@@ -1,8 +1,13 @@
-"""The in-process adapters' synchronous forms: same answers as the awaited calls."""
+"""The in-process adapters' ``runs_inline``: a call it announces returns without yielding.
+
+The driver skips its cancel scope for such a call, so the promise must hold: each test
+drives the announced call by hand and fails if it yields once.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -11,20 +16,31 @@ from trio.testing import MockClock
 
 from tests.model.helpers import (
     BOX_ROUTE,
-    BROKEN,
     DISCRETE_ROUTE,
-    broken_request,
     predict_request,
     resolve_request,
 )
 from trio_rlmesh import EnvError, ModelError
 from trio_rlmesh.model import Model, RouteContract, as_handler
 from trio_rlmesh.protocol import env_v1, spaces_v1
-from trio_rlmesh.runtime._interfaces import EnvResetResult, EnvStepResult
+from trio_rlmesh.runtime._interfaces import EnvStepResult
 from trio_rlmesh.spaces import encode_batch
 from trio_rlmesh.transports.inprocess import GymEnvRuntimeEnv, ModelHandlerRuntimeModel
 
 from .test_gym_env import Countdown
+
+_T = TypeVar("_T")
+
+
+def at_once(call: Awaitable[_T]) -> _T:
+    """The answer of ``call``, which must come without yielding to the event loop."""
+    steps = call.__await__()
+    try:
+        steps.send(None)
+    except StopIteration as done:
+        result: _T = done.value
+        return result
+    raise AssertionError("the call yielded")
 
 
 def _step(env: GymEnvRuntimeEnv, action: int, episode: str = "ep") -> env_v1.StepRequest:
@@ -32,81 +48,53 @@ def _step(env: GymEnvRuntimeEnv, action: int, episode: str = "ep") -> env_v1.Ste
     return env_v1.StepRequest(action=spaces_v1.SpaceValue(leaves=leaves), episode_ids=[episode])
 
 
-def _same_answer(a: Any, b: Any) -> None:
-    """Equal responses; timings differ by nature, so only their presence is compared."""
-    ra, rb = a.response, b.response
-    if hasattr(ra, "completed_episodes"):
-        for meta in [*ra.completed_episodes, *rb.completed_episodes]:
-            meta.start_timestamp_ns = meta.end_timestamp_ns = 0
-    assert ra == rb
-    assert (a.timings.total_ns is None) == (b.timings.total_ns is None)
-
-
-async def test_env_inline_reset_and_step_match_the_awaited_calls() -> None:
-    awaited = GymEnvRuntimeEnv(Countdown(), user_code="inline")
-    inline = GymEnvRuntimeEnv(Countdown(), user_code="inline")
-    reset = env_v1.ResetRequest(seeds=[3], episode_ids=["ep"])
-    inline_reset = inline.reset_inline(reset)
-    assert isinstance(inline_reset, EnvResetResult)
-    _same_answer(await awaited.reset(reset), inline_reset)
+async def test_an_inline_env_resets_and_steps_without_yielding() -> None:
+    env = GymEnvRuntimeEnv(Countdown(), user_code="inline")
+    assert env.runs_inline("reset")
+    assert env.runs_inline("step")
+    at_once(env.reset(env_v1.ResetRequest(seeds=[3], episode_ids=["ep"])))
     ended = []
     for _ in range(3):  # the third step ends the episode
-        inline_step = inline.step_inline(_step(inline, 1))
-        assert isinstance(inline_step, EnvStepResult)
-        _same_answer(await awaited.step(_step(awaited, 1)), inline_step)
-        ended += inline_step.response.completed_episodes
+        ended += at_once(env.step(_step(env, 1))).response.completed_episodes
     assert len(ended) == 1
-
-
-async def test_env_inline_errors_match_the_awaited_calls() -> None:
-    env = GymEnvRuntimeEnv(Countdown(), user_code="inline")
-    bad = _step(env, 1)
+    bad = _step(env, 1, "ep2")
     assert bad.action is not None
     bad.action.leaves = [b"\x05" + b"\x00" * 7]  # Discrete(2) does not hold 5
-    with pytest.raises(EnvError) as awaited:
-        await env.step(bad)
-    with pytest.raises(EnvError) as inline:
-        env.step_inline(bad)
-    assert inline.value.message == awaited.value.message
-    assert inline.value.code == awaited.value.code == "INVALID_ACTION"
-
-    class Broken(Countdown):
-        def step(self, action: Any) -> Any:
-            return (np.zeros(1, np.float32), 1.0)  # not a 5-tuple
-
-    broken = GymEnvRuntimeEnv(Broken(), user_code="inline")
-    await broken.reset(env_v1.ResetRequest(episode_ids=["ep"]))
-    with pytest.raises(EnvError) as awaited:
-        await broken.step(_step(broken, 1))
-    with pytest.raises(EnvError) as inline:
-        broken.step_inline(_step(broken, 1))
-    assert inline.value.message == awaited.value.message
-    # The served env's wording, from the one env host both paths share.
-    assert "env.step failed: ValueError" in inline.value.message
+    with pytest.raises(EnvError) as info:
+        at_once(env.step(bad))
+    assert info.value.code == "INVALID_ACTION"
 
 
-async def test_env_inline_declines_in_thread_mode_when_closed_or_replaced() -> None:
-    # The default mode runs the env on its worker thread: never synchronously.
+async def test_an_inline_lane_env_steps_its_lanes_one_after_the_other_without_yielding() -> None:
+    env = GymEnvRuntimeEnv([Countdown(), Countdown()], user_code="inline")
+    assert env.runs_inline("reset")
+    reset = at_once(env.reset(env_v1.ResetRequest(episode_ids=["a", "b"])))
+    assert reset.response.observation is not None
+
+
+async def test_an_env_says_its_calls_may_yield_in_thread_mode_when_closed_or_replaced() -> None:
+    # The default mode runs the env on its worker thread.
     threaded = GymEnvRuntimeEnv(Countdown())
     assert threaded.user_code == "thread"
-    assert threaded.reset_inline(env_v1.ResetRequest(episode_ids=["ep"])) is None
-    assert threaded.step_inline(_step(threaded, 1)) is None
+    assert not threaded.runs_inline("reset")
+    assert not threaded.runs_inline("step")
 
     closed = GymEnvRuntimeEnv(Countdown(), user_code="inline")
     await closed.close(1.0)
-    assert closed.reset_inline(env_v1.ResetRequest(episode_ids=["ep"])) is None
+    assert not closed.runs_inline("reset")
 
     class Custom(GymEnvRuntimeEnv):
         async def step(self, request: env_v1.StepRequest) -> EnvStepResult:
             return await super().step(request)
 
     custom = Custom(Countdown(), user_code="inline")
-    assert custom.step_inline(_step(custom, 1)) is None
-    assert custom.reset_inline(env_v1.ResetRequest(episode_ids=["ep"])) is not None
+    assert not custom.runs_inline("step")
+    assert custom.runs_inline("reset")
+    assert not custom.runs_inline("render")
 
     patched = GymEnvRuntimeEnv(Countdown(), user_code="inline")
     patched.reset = patched.reset  # type: ignore[method-assign]
-    assert patched.reset_inline(env_v1.ResetRequest(episode_ids=["ep"])) is None
+    assert not patched.runs_inline("reset")
 
 
 async def resolved(
@@ -134,64 +122,39 @@ class Picks(Model):
         return self.action
 
 
-async def test_model_inline_predict_matches_predict() -> None:
+async def test_an_inline_model_predicts_without_yielding() -> None:
     model = await resolved(Halve(), BOX_ROUTE, "env-1", user_code="inline")
     request = predict_request("env-1", [4.0])
-    inline = model.predict_inline(request)
-    assert inline is not None
-    awaited = await model.predict(request)
-    assert inline.response == awaited.response
-    assert inline.response.context is request.context
-    assert inline.timings.held_episodes == awaited.timings.held_episodes == 0
-    assert inline.timings.adapter_ns is not None
+    assert model.runs_inline("predict")
+    answer = at_once(model.predict(request))
+    assert answer.response.context is request.context
+    assert answer.timings.held_episodes == 0
+    assert answer.timings.adapter_ns is not None
+    failing = await resolved(
+        Picks(RuntimeError("boom")), DISCRETE_ROUTE, "env-7", user_code="inline"
+    )
+    with pytest.raises(ModelError) as info:
+        at_once(failing.predict(predict_request("env-7", [1.0])))
+    assert (info.value.lane, info.value.recoverable) == (0, False)
 
 
-@pytest.mark.parametrize(
-    "action",
-    [np.int64(7), np.float64(1.5), "left", np.zeros(2), RuntimeError("boom")],
-    ids=["domain", "dtype", "text", "shape", "raise"],
-)
-async def test_model_inline_errors_match_predict(action: Any) -> None:
-    model = await resolved(Picks(action), DISCRETE_ROUTE, "env-7", user_code="inline")
-    request = predict_request("env-7", [1.0])
-    with pytest.raises(ModelError) as awaited:
-        await model.predict(request)
-    with pytest.raises(ModelError) as inline:
-        model.predict_inline(request)
-    assert inline.value.message == awaited.value.message
-    assert (inline.value.lane, inline.value.recoverable) == (0, False)
-
-
-@pytest.mark.parametrize("broken", BROKEN)
-async def test_model_inline_refuses_a_bad_request_as_predict_does(broken: str) -> None:
-    model = await resolved(Halve(), BOX_ROUTE, "env-3", user_code="inline")
-    request = broken_request("env-3", broken)
-    with pytest.raises(ModelError) as awaited:
-        await model.predict(request)
-    with pytest.raises(ModelError) as inline:
-        model.predict_inline(request)
-    assert inline.value.message == awaited.value.message
-    assert "env-3" in inline.value.message
-    assert (inline.value.operation, inline.value.recoverable) == ("model.predict", False)
-
-
-async def test_model_inline_declines_when_it_cannot_answer_synchronously() -> None:
-    request = predict_request("e", [1.0])
-    # The default mode ("auto") starts the model on its worker thread: not synchronously.
-    assert (await resolved(Halve())).predict_inline(request) is None
+async def test_a_model_says_its_predict_may_yield_when_it_cannot_answer_at_once() -> None:
+    # The default mode ("auto") starts the model on its worker thread.
+    assert not (await resolved(Halve())).runs_inline("predict")
     threaded = await resolved(as_handler(Halve(), user_code="thread"))
-    assert threaded.predict_inline(request) is None
+    assert not threaded.runs_inline("predict")
     legacy = await resolved(as_handler(Halve(), offload=True))
-    assert legacy.predict_inline(request) is None
+    assert not legacy.runs_inline("predict")
 
     closed = await resolved(Halve(), user_code="inline")
     await closed.aclose()
-    assert closed.predict_inline(request) is None
+    assert not closed.runs_inline("predict")
 
     busy = await resolved(Halve(), user_code="inline")
     async with busy._host.lock:  # an eviction in progress
-        assert busy.predict_inline(request) is None
-    assert busy.predict_inline(request) is not None
+        assert not busy.runs_inline("predict")
+    assert busy.runs_inline("predict")
+    assert not busy.runs_inline("predict_group")
 
     class Custom(ModelHandlerRuntimeModel):
         async def predict(self, request: Any) -> Any:
@@ -200,7 +163,7 @@ async def test_model_inline_declines_when_it_cannot_answer_synchronously() -> No
 
     custom = Custom(Halve(), user_code="inline")
     await custom.resolve(resolve_request(BOX_ROUTE, "e"))
-    assert custom.predict_inline(request) is None
+    assert not custom.runs_inline("predict")
 
 
 class SlowAt(Model):
@@ -217,15 +180,15 @@ class SlowAt(Model):
         return np.clip(observation / 10, -1, 1)
 
 
-async def test_model_inline_answers_in_auto_mode_while_predicts_are_quick(
+async def test_an_auto_model_predicts_at_once_while_its_predicts_are_quick(
     mock_clock: MockClock,
 ) -> None:
     model = await resolved(SlowAt(mock_clock, at=10, seconds=0.05))
     request = predict_request("e", [4.0])
     awaited = [await model.predict(request) for _ in range(8)]  # on the model's thread
-    inline = model.predict_inline(request)  # 9: quick ones made it inline
-    assert inline is not None
-    assert inline.response == awaited[0].response
-    assert model.predict_inline(request) is not None  # 10: inline, and slow
-    assert model.predict_inline(request) is None  # so the next runs on the thread
+    assert model.runs_inline("predict")  # quick ones made it inline
+    assert at_once(model.predict(request)).response == awaited[0].response  # 9
+    assert model.runs_inline("predict")
+    at_once(model.predict(request))  # 10: inline, and slow
+    assert not model.runs_inline("predict")  # so the next runs on the thread
     await model.aclose()

@@ -73,9 +73,12 @@ class RequestPlan:
         """Conformance warnings from the request's half (never mutated: replaced)."""
 
 
-async def run_plan(plan: RequestPlan, run: Callable[[LaneCall], Awaitable[Any]]) -> list[Any]:
-    """Run every call of ``plan`` with ``run`` (concurrently when there are several), and
-    return the results in call order. The first failure, in call order, is raised once
+async def run_plan(
+    plan: RequestPlan, run: Callable[[LaneCall], Awaitable[Any]], *, concurrently: bool = True
+) -> list[Any]:
+    """Run every call of ``plan`` with ``run`` (concurrently when there are several, unless
+    ``concurrently`` is false: then one after the other, with no checkpoint of its own),
+    and return the results in call order. The first failure, in call order, is raised once
     every call has ended."""
     calls = plan.calls
     if len(calls) == 1:
@@ -88,9 +91,13 @@ async def run_plan(plan: RequestPlan, run: Callable[[LaneCall], Awaitable[Any]])
         except WireError as exc:
             outcomes[index] = exc
 
-    async with trio.open_nursery() as nursery:
+    if concurrently:
+        async with trio.open_nursery() as nursery:
+            for index, call in enumerate(calls):
+                nursery.start_soon(one, index, call)
+    else:
         for index, call in enumerate(calls):
-            nursery.start_soon(one, index, call)
+            await one(index, call)
     for item in outcomes:
         if isinstance(item, WireError):
             raise item

@@ -16,8 +16,8 @@ seats.
   belongs: resolved against the contract there, and kept on the route.
 * **Predicts** are served in three halves, as the env host serves requests: :meth:`plan`
   decodes each request against its route and keeps a request's error in its place; the
-  seat calls the handler once for every group that decoded (:meth:`call`, awaited under
-  the lock, or :meth:`call_inline` while the handler answers on the trio thread); and
+  seat calls the handler once for every group that decoded (:meth:`call`: under the lock,
+  or, while the handler answers on the trio thread, without yielding at all); and
   :meth:`finish` checks and encodes each answer into its PredictResponse. A failed request
   never sinks the others. The plan then holds the call's phases (decode, user, encode,
   adapter, held state), which every answer of the call reports: the server puts them in
@@ -373,32 +373,26 @@ class ModelHost:
 
     @property
     def runs_inline(self) -> bool:
-        """Whether :meth:`call_inline` may serve a plan now: the handler is the engine,
-        running predicts on the trio thread, and nothing holds it."""
+        """Whether :meth:`call` made now returns without yielding: the handler is the
+        engine, running predicts on the trio thread, and nothing holds it."""
         handler = self.handler
         return type(handler) is ModelEngine and handler.runs_inline and not self.lock.locked()
 
     async def call(self, plan: PredictPlan) -> None:
-        """Ask the handler for every group of ``plan`` in one call, under the lock."""
+        """Ask the handler for every group of ``plan`` in one call, under the lock (a call
+        that :attr:`runs_inline` needs none: nothing can come between its start and end)."""
         if not plan.groups:
+            return
+        if self.runs_inline:
+            await self._call(plan)
             return
         async with self.lock:
-            started = time.perf_counter_ns()
-            try:
-                answers = await self.handler.predict_grouped(plan.groups)
-            except Exception as exc:
-                answers = self._raised(exc, plan.groups)
-            self._answered(plan, answers, started)
+            await self._call(plan)
 
-    def call_inline(self, plan: PredictPlan) -> None:
-        """:meth:`call` on the trio thread, now; only while :attr:`runs_inline`."""
-        if not plan.groups:
-            return
-        engine = self.handler
-        assert isinstance(engine, ModelEngine)
+    async def _call(self, plan: PredictPlan) -> None:
         started = time.perf_counter_ns()
         try:
-            answers = engine.predict_grouped_inline(plan.groups)
+            answers = await self.handler.predict_grouped(plan.groups)
         except Exception as exc:
             answers = self._raised(exc, plan.groups)
         self._answered(plan, answers, started)

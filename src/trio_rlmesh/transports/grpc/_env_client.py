@@ -28,12 +28,13 @@ import trio
 
 from ..._errors import EnvError, Error, OperationTimeout, ProtocolError, SpecError, TransportError
 from ..._nursery import background_nursery
+from ..._timeouts import CLOSE_TIMEOUT, LOCAL_TIMEOUT_GRACE
 from ...protocol import SUPPORTED_WORKFLOW_EDITIONS, core_v1, env_v1
 from ...protocol._internal import (
     CAP_SUBSET_STEP,
     has_capability,
 )
-from ...runtime import EndpointTimings, EnvResetResult, EnvStepResult
+from ...runtime import EndpointTimings, EnvResetResult, EnvStepResult, RuntimeEnv
 from ._backend import BackendName, Channel
 from ._codec import decode, encode
 from ._errors import map_transport_error
@@ -65,11 +66,6 @@ BUSY_RETRY_SECONDS: Final = 2.0
 _BUSY_FIRST_BACKOFF: Final = 0.02
 _BUSY_MAX_BACKOFF: Final = 0.25
 
-LOCAL_TIMEOUT_GRACE: Final = 1.0
-"""Seconds the local timer waits beyond a request's ``timeout_ms``, so the server's own
-TIMEOUT answer (which names the operation) normally arrives first."""
-
-DEFAULT_CLOSE_TIMEOUT: Final = 5.0
 
 _CLOSE_REASON: Final = "client close"
 
@@ -464,7 +460,7 @@ class EnvClient:
         self,
         reason: str = _CLOSE_REASON,
         *,
-        timeout: float = DEFAULT_CLOSE_TIMEOUT,  # noqa: ASYNC109 - bounds a shielded cleanup
+        timeout: float = CLOSE_TIMEOUT,  # noqa: ASYNC109 - bounds a shielded cleanup
     ) -> list[env_v1.EpisodeMetadata]:
         """End the session: send Close (if a Join is open) and drop the stream.
 
@@ -591,12 +587,12 @@ async def open_env_client(
             with (
                 trio.CancelScope(shield=True),
                 contextlib.suppress(Error),
-                trio.move_on_after(DEFAULT_CLOSE_TIMEOUT),
+                trio.move_on_after(CLOSE_TIMEOUT),
             ):
                 await client.close()
 
 
-class EnvClientRuntimeEnv:
+class EnvClientRuntimeEnv(RuntimeEnv):
     """An :class:`EnvClient` seen as a :class:`~trio_rlmesh.runtime.RuntimeEnv`.
 
     The driver's deadline reaches the server as the request's ``timeout_ms`` (set by
@@ -620,7 +616,7 @@ class EnvClientRuntimeEnv:
         return await self.client.step(request)
 
     async def render(self, request: env_v1.RenderRequest) -> env_v1.RenderResponse:
-        """Render one lane through the client (RuntimeEnv's optional ``render``)."""
+        """Render one lane through the client."""
         return await self.client.render(request)
 
     async def close(self, timeout: float) -> None:  # noqa: ASYNC109 - RuntimeEnv's signature

@@ -37,6 +37,7 @@ import attrs
 import betterproto2
 import trio
 
+from ..._timeouts import CLOSE_TIMEOUT
 from ...protocol import core_v1, env_v1
 from ...protocol._internal import (
     CAP_SUBSET_STEP,
@@ -81,8 +82,6 @@ JOIN_BUSY_MESSAGE: Final = (
     "environment already has an active Join session; only one client may be connected at a time"
 )
 SHUTDOWN_DISABLED_MESSAGE: Final = "remote shutdown is disabled for this environment endpoint"
-CLOSE_TIMEOUT: Final = 5.0
-"""Seconds the env's own ``close()`` may take when the server stops."""
 
 AutoresetName = Literal["next-step", "disabled"]
 

@@ -46,10 +46,11 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 from grpclib.exceptions import ProtocolError as _GrpclibProtocolError
 
 from ..._nursery import shielded_nursery
+from ..._timeouts import SERVER_CLOSE_GRACE
 from ._address import Address, parse_address, parse_bind_address
 from ._backend import BackendName, Handler, handler_outcome
 from ._framing import HEADER_SIZE, check_header
-from ._lifecycle import CLOSE_GRACE, TrackedServer
+from ._lifecycle import TrackedServer
 from ._portal import Portal, open_portal
 from ._settings import DEFAULT_LIMITS, GrpcSettings, ServerLimits
 from ._status import ConnectionLost, GrpcError, Status, again, decode_grpc_message
@@ -780,8 +781,8 @@ class GrpclibServer:
             for scope in list(self._bridge.scopes):
                 scope.cancel()
             with contextlib.suppress(Exception):
-                await self._portal.run(self._bridge.end_calls, CLOSE_GRACE)
-                await self._portal.run(self._server.close_connections, CLOSE_GRACE)
+                await self._portal.run(self._bridge.end_calls, SERVER_CLOSE_GRACE)
+                await self._portal.run(self._server.close_connections, SERVER_CLOSE_GRACE)
 
 
 async def _start(server: TrackedServer, bind: Address) -> str:

@@ -38,7 +38,6 @@ from ._settings import DESCRIPTOR_RELIEF, ServerLimits
 from ._status import Status
 
 __all__ = [
-    "GOAWAY_GRACE",
     "PREFACE",
     "SERVER_LOG",
     "Abuse",
@@ -315,10 +314,6 @@ class Throttle:
             more = f" (and {skipped} more like it since the last such line)" if skipped else ""
             self.logger.warning("%s%s", message, more)
 
-
-GOAWAY_GRACE: Final = 1.0
-"""Seconds a connection a server closes (past a limit, idle, to make room) has for its
-socket to take the GOAWAY before it is closed anyway (the peer may not be reading)."""
 
 SERVER_LOG: Final = Throttle(logging.getLogger("trio_rlmesh.transports.grpc"))
 """The servers' log of what clients do wrong: one line per kind per 10 s, whatever the rate."""

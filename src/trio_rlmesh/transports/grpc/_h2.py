@@ -37,8 +37,11 @@ Theory of operation.
   flow-control numbers: the fast path debits the same counters h2's own paths would
   (h2's window managers on receipt, its outbound windows on sending), so WINDOW_UPDATE,
   ``acknowledge_received_data`` and the window checks of h2's own sends stay exact. This
-  reads h2 attributes that are not public API; they are checked once at import and the
-  fast path is off (everything goes through h2) if they are missing.
+  reads h2 attributes that are not public API, so the fast path runs only with the h2
+  releases they were checked against (:data:`H2_CHECKED`, which ``pyproject.toml``
+  requires; another release logs a warning at import) and only if they are all present;
+  otherwise, and with ``TRIO_RLMESH_NO_FAST_PATHS=1`` (:mod:`trio_rlmesh._fastpaths`),
+  everything goes through h2, which ``nox -s tests_slow_paths`` runs the suite against.
 * Keepalive: while a call is open and the peer has sent nothing for
   ``keepalive_interval``, a PING goes out; if still nothing at all arrives, the connection
   is declared dead ``keepalive_interval + keepalive_timeout`` after the peer's last byte
@@ -70,6 +73,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import logging
 import os
 import socket
 import struct
@@ -85,9 +89,10 @@ import h2.settings
 import h2.stream
 import trio
 
+from ..._fastpaths import FAST_PATHS, SWITCH
+from ..._timeouts import GOAWAY_GRACE
 from ._framing import HEADER_SIZE, MessageDecoder, frame
 from ._guard import (
-    GOAWAY_GRACE,
     Abuse,
     FrameGuard,
     cut_off,
@@ -132,6 +137,39 @@ _QUICKACK: Final[int | None] = getattr(socket, "TCP_QUICKACK", None)
 _CAN_SEND: Final = frozenset({h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_REMOTE})
 
 
+_log = logging.getLogger(__name__)
+
+H2_CHECKED: Final = ((4, 3), (4, 5))
+"""The h2 releases, from the first up to (not including) the second, whose internals the
+DATA fast path reads were checked against (4.3.0 and 4.4.1; 4.1 and 4.2 lack them).
+``pyproject.toml`` requires the same range."""
+
+
+def fast_data_allowed(version: str, *, switched_on: bool = FAST_PATHS) -> bool:
+    """Whether the DATA fast path may run with h2 ``version``: the fast paths are switched on
+    (:mod:`trio_rlmesh._fastpaths`) and ``version`` is in :data:`H2_CHECKED`. Outside the
+    range it says so in a log line (once, when this module is imported)."""
+    if not switched_on:
+        return False
+    low, high = H2_CHECKED
+    try:
+        release = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:  # not a plain release number: not one that was checked
+        release = ()
+    if low <= release < high:
+        return True
+    _log.warning(
+        "h2 %s is outside the releases the gRPC DATA fast path was checked against "
+        "(>=%s,<%s): every DATA frame goes through h2 (slower, same behaviour); install a "
+        "checked h2, or set %s=1 to silence this",
+        version,
+        ".".join(map(str, low)),
+        ".".join(map(str, high)),
+        SWITCH,
+    )
+    return False
+
+
 def _h2_internals_present() -> bool:
     """Whether this h2 has the internals the DATA fast path reads and debits."""
     try:
@@ -164,7 +202,7 @@ def _h2_internals_present() -> bool:
         return False
 
 
-FAST_DATA: bool = _h2_internals_present()
+FAST_DATA: Final[bool] = fast_data_allowed(h2.__version__) and _h2_internals_present()
 """Whether DATA frames of open calls bypass h2 (see the module docstring)."""
 
 # What an HTTP status that is not 200 means for a gRPC call (gRPC's HTTP-to-status table).

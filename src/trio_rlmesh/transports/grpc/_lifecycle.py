@@ -51,8 +51,8 @@ import h2.exceptions
 import h2.settings
 from grpclib.server import Server
 
+from ..._timeouts import GOAWAY_GRACE, SERVER_CLOSE_GRACE
 from ._guard import (
-    GOAWAY_GRACE,
     Abuse,
     FrameGuard,
     admit,
@@ -65,10 +65,7 @@ from ._guard import (
 from ._settings import ServerLimits
 from ._status import encode_grpc_message
 
-__all__ = ["CLOSE_GRACE", "TrackedServer", "loop_exception_handler"]
-
-CLOSE_GRACE: Final = 1.0
-"""Seconds a stop waits for cancelled handlers and closing connections before aborting."""
+__all__ = ["TrackedServer", "loop_exception_handler"]
 SWEEP_INTERVAL: Final = 1.0
 """Seconds between two looks at every connection's handshake and idle time (at most)."""
 _OUT_OF_DESCRIPTORS: Final = "socket.accept() out of system resource"
@@ -299,7 +296,7 @@ class TrackedServer(Server):
         if self._server is not None:
             self._server.close()
 
-    async def close_connections(self, grace: float = CLOSE_GRACE) -> None:
+    async def close_connections(self, grace: float = SERVER_CLOSE_GRACE) -> None:
         """Cancel every handler and close every connection.
 
         Waits at most ``grace`` seconds for handlers to unwind and connections to flush;

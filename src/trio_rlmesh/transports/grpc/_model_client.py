@@ -12,15 +12,16 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any, Final
+from typing import Any
 
 import betterproto2
 import trio
 
 from ..._errors import Error, ModelError, ProtocolError
+from ..._timeouts import CLOSE_TIMEOUT
 from ...model._internal import wire_error_to_model
 from ...protocol import SUPPORTED_WORKFLOW_EDITIONS, core_v1, model_v1
-from ...runtime import EndpointTimings, ModelPrediction
+from ...runtime import EndpointTimings, ModelPrediction, RuntimeModel
 from ._backend import BackendName, Channel
 from ._codec import decode, encode
 from ._errors import map_transport_error
@@ -36,8 +37,6 @@ from ._registry import get_backend
 from ._settings import DEFAULT_SETTINGS, GrpcSettings
 
 __all__ = ["ModelClient", "ModelClientRuntimeModel", "open_model_client"]
-
-CLOSE_TIMEOUT: Final = 5.0
 
 
 class ModelClient:
@@ -253,7 +252,7 @@ async def open_model_client(
                 await client._close(close_reason)
 
 
-class ModelClientRuntimeModel:
+class ModelClientRuntimeModel(RuntimeModel):
     """A remote model as a :class:`~trio_rlmesh.runtime.RuntimeModel`.
 
     ``predict_group`` sends one GroupedPredict (a server may fuse the groups into one

@@ -30,6 +30,7 @@ import betterproto2
 import trio
 
 from ..._errors import Error, ModelError
+from ..._timeouts import CLOSE_TIMEOUT
 from ...model._internal import model_error_to_wire
 from ...protocol import model_v1
 from ...protocol._internal import (
@@ -58,7 +59,6 @@ CAPABILITIES: Final = {
 SHUTDOWN_DISABLED_MESSAGE: Final = "remote shutdown is disabled for this model endpoint"
 UNSUPPORTED_KIND_MESSAGE: Final = "unsupported model join request kind"
 DEFAULT_CONCURRENCY: Final = 32
-CLOSE_TIMEOUT: Final = 5.0
 
 Code = model_v1.ModelErrorCode
 

@@ -37,6 +37,7 @@ import outcome
 import trio
 
 from ..._errors import TransportError
+from ..._timeouts import PORTAL_SHUTDOWN_GRACE
 
 __all__ = ["Portal", "PortalClosedError", "open_portal"]
 
@@ -44,9 +45,6 @@ T = TypeVar("T")
 
 THREAD_NAME: Final = "trio-rlmesh-asyncio"
 """Name of the helper thread, so tests (and humans in a debugger) can find it."""
-
-_SHUTDOWN_GRACE: Final = 5.0
-"""How long closing the last portal waits for the helper thread to finish."""
 
 
 class PortalClosedError(TransportError, trio.ClosedResourceError):
@@ -145,7 +143,7 @@ class _LoopHost:
         for task in pending:
             task.cancel()
         if pending:
-            await asyncio.wait(pending, timeout=_SHUTDOWN_GRACE)
+            await asyncio.wait(pending, timeout=PORTAL_SHUTDOWN_GRACE)
         self.loop.stop()
 
     def begin_shutdown(self) -> None:
@@ -278,7 +276,7 @@ async def _stop(host: _LoopHost) -> None:
 
     host.begin_shutdown()
     host.notify_when_stopped(wake)
-    with trio.CancelScope(shield=True), trio.move_on_after(_SHUTDOWN_GRACE * 2):
+    with trio.CancelScope(shield=True), trio.move_on_after(PORTAL_SHUTDOWN_GRACE * 2):
         await done.wait()
     if done.is_set():
         host.thread.join()

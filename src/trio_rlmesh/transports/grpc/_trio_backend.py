@@ -28,6 +28,7 @@ import h2.errors
 import trio
 
 from ..._nursery import background_nursery, shielded_nursery
+from ..._timeouts import SERVER_CLOSE_GRACE
 from ._address import Address, parse_address, parse_bind_address
 from ._backend import BackendName, Handler, handler_outcome, unary_call
 from ._guard import admit, out_of_descriptors
@@ -39,8 +40,6 @@ from ._status import ConnectionLost, Status, format_grpc_timeout, parse_grpc_tim
 __all__ = ["TRIO_BACKEND", "TrioBackend", "TrioChannel", "TrioServer"]
 
 SHUTDOWN_MESSAGE: Final = "the server is shutting down"
-CLOSE_GRACE: Final = 1.0
-"""Seconds a stopping server gives each connection to take its last frames (GOAWAY)."""
 _SKIPPED_METADATA: Final = frozenset({"te", "content-type", "grpc-timeout", "user-agent"})
 OUT_OF_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 """What ``accept`` fails with when the process or the system is out of descriptors or memory."""
@@ -354,7 +353,7 @@ class TrioServer:
             for conn in list(self._connections):
                 for stream in conn.streams():
                     stream.finish(Status.UNAVAILABLE, SHUTDOWN_MESSAGE)
-            with trio.move_on_after(CLOSE_GRACE):
+            with trio.move_on_after(SERVER_CLOSE_GRACE):
                 async with trio.open_nursery() as nursery:
                     for conn in list(self._connections):
                         nursery.start_soon(conn.aclose, "the server shut down")

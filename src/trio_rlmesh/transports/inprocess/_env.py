@@ -9,9 +9,9 @@ The env's own calls (reset, step, render, close) run on a worker thread of their
 default (``user_code="thread"``; one per lane for a list of envs), one at a time and
 always on the same thread, so the driver's deadlines and the caller's cancellation can
 abandon a call that hangs. With ``user_code="inline"`` they run on the trio thread: a
-hand-off fewer per call, and the driver may take the synchronous fast paths
-(``reset_inline``/``step_inline``), but a blocking step then blocks the event loop and no
-deadline can interrupt it.
+hand-off fewer per call, and a reset or step never yields to the event loop (so
+:meth:`~GymEnvRuntimeEnv.runs_inline` tells the driver it may skip its cancel scope), but a
+blocking step then blocks the event loop and no deadline can interrupt it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import trio
 
 from ..._errors import EnvError
 from ...protocol import EnvContractInfo, core_v1, env_v1, read_env_contract
-from ...runtime import EndpointTimings, EnvResetResult, EnvStepResult
+from ...runtime import EndpointTimings, EnvResetResult, EnvStepResult, RuntimeEnv
 from ...runtime._internal import UserCode, WorkerUnavailable, check_user_code, new_worker
 from .._envhost import Code, EnvHost, LaneCall, RequestPlan, ValidationPolicy, WireError, run_plan
 
@@ -34,7 +34,7 @@ __all__ = ["GymEnvRuntimeEnv", "link_in_process"]
 _R = TypeVar("_R", EnvResetResult, EnvStepResult)
 
 
-class GymEnvRuntimeEnv:
+class GymEnvRuntimeEnv(RuntimeEnv):
     """Host a Gymnasium ``Env``, ``VectorEnv``, a list of envs (one per lane) or a factory
     as a runtime env.
 
@@ -82,8 +82,8 @@ class GymEnvRuntimeEnv:
             for k in range(self.host.workers)
         ]
         self._user_code: UserCode = user_code
-        # The async methods a synchronous form may stand in for: in inline mode, those the
-        # class did not replace (an instance patch is checked per call).
+        # The methods that never yield: in inline mode, those the class did not replace (an
+        # instance patch is checked per call).
         self._inline = frozenset(
             name
             for name in ("reset", "step")
@@ -107,10 +107,10 @@ class GymEnvRuntimeEnv:
         """Whether a vector env is hosted (lockstep lanes)."""
         return not self.subset_step and self.num_envs > 1
 
-    def _runs_inline(self, method: str) -> bool:
-        """Whether ``method`` may be served by its synchronous form: only in inline mode,
-        while open, and not when a subclass (or a patch on this instance) replaced the async
-        method (the driver must then go through the replacement)."""
+    def runs_inline(self, method: str) -> bool:
+        """Whether a ``reset`` or ``step`` made now returns without yielding: only in inline
+        mode, while open, and not when a subclass (or a patch on this instance) replaced the
+        method (the replacement may yield)."""
         return (
             method in self._inline and not self._workers[0].closed and method not in self.__dict__
         )
@@ -119,9 +119,7 @@ class GymEnvRuntimeEnv:
         try:
             return await self._workers[call.lane].run(call.operation, call.fn, *call.args)
         except WorkerUnavailable as exc:
-            raise WireError(Code.BUSY, str(exc)) from exc
-
-    # -- one implementation, awaited or inline ------------------------------------------------
+            raise _busy(exc) from exc
 
     def _begin(
         self, plan: Callable[[Any], RequestPlan], request: Any, op: str
@@ -157,10 +155,6 @@ class GymEnvRuntimeEnv:
         )
         return wrap(response=response, timings=timings)
 
-    @staticmethod
-    def _call_inline(plan: RequestPlan) -> list[Any]:
-        return [call.fn(*call.args) for call in plan.calls]
-
     @property
     def carry_values(self) -> bool:
         """Whether observations are answered as carried values
@@ -181,18 +175,6 @@ class GymEnvRuntimeEnv:
             session.finish_reset, EnvResetResult, plan, results, started, decoded, "env.reset"
         )
 
-    def reset_inline(self, request: env_v1.ResetRequest) -> EnvResetResult | None:
-        """:meth:`reset` without the event loop, or ``None`` when it must be awaited (only
-        ``user_code="inline"`` answers)."""
-        if not self._runs_inline("reset"):
-            return None
-        session = self._session
-        plan, started, decoded = self._begin(session.plan_reset, request, "env.reset")
-        results = self._call_inline(plan)
-        return self._end(
-            session.finish_reset, EnvResetResult, plan, results, started, decoded, "env.reset"
-        )
-
     async def step(self, request: env_v1.StepRequest) -> EnvStepResult:
         """Step the lanes in ``request.env_indices`` (all when empty)."""
         session = self._session
@@ -202,20 +184,18 @@ class GymEnvRuntimeEnv:
             session.finish_step, EnvStepResult, plan, results, started, decoded, "env.step"
         )
 
-    def step_inline(self, request: env_v1.StepRequest) -> EnvStepResult | None:
-        """:meth:`step` without the event loop, or ``None`` when it must be awaited."""
-        if not self._runs_inline("step"):
-            return None
-        session = self._session
-        plan, started, decoded = self._begin(session.plan_step, request, "env.step")
-        results = self._call_inline(plan)
-        return self._end(
-            session.finish_step, EnvStepResult, plan, results, started, decoded, "env.step"
-        )
-
     async def _results(self, plan: RequestPlan, op: str) -> list[Any]:
+        calls = plan.calls
         try:
-            return await run_plan(plan, self._run)
+            if len(calls) == 1:  # most calls: straight to the lane's worker, a layer fewer
+                call = calls[0]
+                try:
+                    return [await self._workers[call.lane].run(call.operation, call.fn, *call.args)]
+                except WorkerUnavailable as exc:
+                    raise _busy(exc) from exc
+            # Inline lanes run one after the other: a nursery would yield, and runs_inline
+            # promised a call that does not.
+            return await run_plan(plan, self._run, concurrently=self._user_code != "inline")
         except EnvError as exc:
             raise exc.with_context(operation=op) from None
 
@@ -256,6 +236,11 @@ class GymEnvRuntimeEnv:
 
 def _nothing() -> None:
     pass
+
+
+def _busy(exc: WorkerUnavailable) -> WireError:
+    """A call refused because the lane's worker is stuck or closed, as the env server says it."""
+    return WireError(Code.BUSY, str(exc))
 
 
 def link_in_process(env: object, model: object) -> bool:

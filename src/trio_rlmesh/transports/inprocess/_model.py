@@ -22,14 +22,14 @@ from ..._errors import Error
 from ...adapters import Adapter
 from ...model import ModelHandler
 from ...protocol import model_v1
-from ...runtime import ModelPrediction
+from ...runtime import ModelPrediction, RuntimeModel
 from ...runtime._internal import ServingUserCode
 from .._modelhost import ModelHost
 
 __all__ = ["ModelHandlerRuntimeModel"]
 
 
-class ModelHandlerRuntimeModel:
+class ModelHandlerRuntimeModel(RuntimeModel):
     """Drive a model handler (or any model object) in-process from the runtime driver.
 
     Resolve each route before its first predict (:meth:`resolve`, with the request
@@ -68,7 +68,7 @@ class ModelHandlerRuntimeModel:
         self.name = host.name
         self._wants_history = False
         self._adapter: Adapter | None = None
-        # predict_inline may stand in for predict only when the class did not replace it.
+        # A replaced predict may yield: only this class's own is known not to.
         self._inline_class = type(self).predict is ModelHandlerRuntimeModel.predict
 
     @property
@@ -112,29 +112,26 @@ class ModelHandlerRuntimeModel:
         """The adapter the last resolved route applies (a spec'd model's), or ``None``."""
         return self._adapter
 
-    async def predict(self, request: model_v1.PredictRequest) -> ModelPrediction:
-        (result,) = await self.predict_group([request])
-        if isinstance(result, Error):
-            raise result
-        return result
+    def runs_inline(self, method: str) -> bool:
+        """Whether a ``predict`` made now returns without yielding.
 
-    def predict_inline(self, request: model_v1.PredictRequest) -> ModelPrediction | None:
-        """:meth:`predict` without the event loop, or ``None`` when it must be awaited.
-
-        The runtime driver calls this first. It answers only while the model host may call
-        its handler on the trio thread (a :class:`~trio_rlmesh.model.ModelEngine` with
-        ``user_code="inline"``, or ``"auto"`` while its predicts run inline; open; no
-        eviction holding it) and this class's :meth:`predict` is not replaced; it saves the
-        scheduler round an awaited call costs. Otherwise (``user_code="thread"``, or
-        ``"auto"`` while predicts run on the thread) it answers ``None``: the predict must
-        run where a deadline can abandon it.
+        True while the model host may call its handler on the trio thread (a
+        :class:`~trio_rlmesh.model.ModelEngine` with ``user_code="inline"``, or ``"auto"``
+        while its predicts run inline; loaded and open; no eviction holding it) and this
+        class's :meth:`predict` is not replaced. Otherwise (``user_code="thread"``, or
+        ``"auto"`` while predicts run on the thread) the predict must run where a deadline
+        can abandon it.
         """
-        host = self._host
-        if not self._inline_class or not host.runs_inline or "predict" in self.__dict__:
-            return None
-        plan = host.plan((request,))
-        host.call_inline(plan)
-        (result,) = host.finish(plan)
+        return (
+            method == "predict"
+            and self._inline_class
+            and self._host.runs_inline
+            and "predict" not in self.__dict__
+        )
+
+    async def predict(self, request: model_v1.PredictRequest) -> ModelPrediction:
+        plan = await self._host.predict((request,))
+        (result,) = plan.results
         if isinstance(result, Error):
             raise result
         return ModelPrediction(result, plan.timings())
