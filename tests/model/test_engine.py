@@ -481,14 +481,18 @@ async def test_close_runs_once() -> None:
     assert closes == [1]
 
 
-def test_a_models_spec_is_the_engines_and_published_as_rlmeshs_metadata() -> None:
-    import rlmesh.adapters
-
+def _joint_spec() -> Any:
     import trio_rlmesh.adapters as adapt
 
-    spec = adapt.ModelSpec(
+    return adapt.ModelSpec(
         {"q": adapt.State(adapt.JOINT_POS)}, adapt.Action(adapt.Actuator(adapt.ACTION_GRIPPER, 1))
     )
+
+
+def test_a_models_spec_is_the_engines_and_published_as_its_metadata() -> None:
+    import trio_rlmesh.adapters as adapt
+
+    spec = _joint_spec()
 
     class Specd(Model):
         def predict(self, observation: Any) -> Any:
@@ -501,6 +505,21 @@ def test_a_models_spec_is_the_engines_and_published_as_rlmeshs_metadata() -> Non
     engine = as_handler(Specd)
     assert isinstance(engine, ModelEngine)
     assert engine.spec is spec
-    theirs = rlmesh.adapters.ModelSpec.from_dict(spec.to_dict()).to_metadata()
+    assert engine.metadata() == {adapt.MODEL_METADATA_KEY: spec.to_dict()}
+
+
+@pytest.mark.interop
+def test_a_specd_engines_metadata_is_rlmeshs() -> None:
+    import rlmesh.adapters
+
+    class Specd(Model):
+        spec = _joint_spec()
+
+        def predict(self, observation: Any) -> Any:
+            return observation
+
+    engine = as_handler(Specd)
+    assert isinstance(engine, ModelEngine)
+    theirs = rlmesh.adapters.ModelSpec.from_dict(Specd.spec.to_dict()).to_metadata()
     assert engine.metadata() == theirs
-    assert list(theirs) == [adapt.MODEL_METADATA_KEY]
+    assert list(theirs) == [rlmesh.adapters.MODEL_METADATA_KEY]
