@@ -1,11 +1,10 @@
 """Every fixed time bound of the package, in one place (seconds).
 
-A call's own deadline comes from the caller (``RuntimeLimits``, a request's ``timeout_ms``);
-these are the bounds nobody passes in: how long a close, a stop or a goodbye may take, and
-the grace periods that order the timers of one served env step (the server answers TIMEOUT
-at the request's ``timeout_ms``; the client's own timer fires :data:`LOCAL_TIMEOUT_GRACE`
-later; the driver cuts the call off :data:`ENDPOINT_GRACE` after the limit, later still, so
-the server's answer, with its code, is what the caller sees).
+A call's own deadline comes from the caller (``RuntimeLimits``, a request's ``timeout_ms``)
+and is enforced once, where the call's I/O is, with no grace on top; these are the bounds
+nobody passes in: how long a close, a stop or a goodbye may take. :func:`in_time` is the one
+rule for an answer that could not be interrupted and comes back at its deadline, and
+:func:`fmt_seconds` the one way a bound is written in a message.
 """
 
 from __future__ import annotations
@@ -14,12 +13,12 @@ from typing import Final
 
 __all__ = [
     "CLOSE_TIMEOUT",
-    "ENDPOINT_GRACE",
     "GOAWAY_GRACE",
-    "LOCAL_TIMEOUT_GRACE",
     "PORTAL_SHUTDOWN_GRACE",
     "SERVER_CLOSE_GRACE",
     "SYNC_CLOSE_TIMEOUT",
+    "fmt_seconds",
+    "in_time",
 ]
 
 CLOSE_TIMEOUT: Final = 5.0
@@ -34,18 +33,28 @@ GOAWAY_GRACE: Final = 1.0
 """How long a connection a server closes (past a limit, idle, to make room) has for its
 socket to take the GOAWAY before it is closed anyway (the peer may not be reading)."""
 
-LOCAL_TIMEOUT_GRACE: Final = 1.0
-"""How long the gRPC env client's own timer waits beyond a request's ``timeout_ms``, so the
-server's TIMEOUT answer (which names the operation) normally arrives first."""
-
-ENDPOINT_GRACE: Final = 2.0
-"""How long past a limit the driver waits for an env that ``enforces_deadlines`` itself:
-longer than :data:`LOCAL_TIMEOUT_GRACE`, so the endpoint's answer, not the driver's own
-scope, is what the caller sees."""
-
 PORTAL_SHUTDOWN_GRACE: Final = 5.0
 """How long closing the last asyncio portal waits for its helper thread to finish."""
 
 SYNC_CLOSE_TIMEOUT: Final = 10.0
 """How long a synchronous remote Gymnasium env's ``close()`` (and its exit-time finalizer)
 waits for its trio thread to end."""
+
+
+def in_time(finished: float, deadline: float) -> bool:
+    """Whether an answer that came back at ``finished`` met ``deadline`` (trio's clock).
+
+    An answer exactly at its deadline is in time: the deadline is the last instant a call
+    may end, as ``RuntimeLimits`` describes it. Only calls nothing could interrupt (an
+    inline env or model call) need the check; every other call is cut off at the deadline.
+    """
+    return finished <= deadline
+
+
+def fmt_seconds(seconds: float | None) -> str:
+    """A bound as messages write it: ``250ms``, ``2.5s``, ``no deadline``."""
+    if seconds is None:
+        return "no deadline"
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    return f"{seconds:g}s"

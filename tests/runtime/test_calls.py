@@ -19,7 +19,7 @@ from trio_rlmesh.runtime._plans import ActionSource
 from trio_rlmesh.runtime._pool import EpisodePool
 
 
-def call(method: Any, inline: Any = None, *, grace: float = 0.0) -> Any:
+def call(method: Any, inline: Any = None, *, enforced: bool = False) -> Any:
     return Call(
         "env.step",
         "env_step_timeout",
@@ -28,24 +28,36 @@ def call(method: Any, inline: Any = None, *, grace: float = 0.0) -> Any:
         inline,
         error_class=EnvError,
         route="route-1",
-        grace=grace,
+        enforced=enforced,
     )
 
 
-async def test_a_call_is_cut_off_exactly_at_its_limit_plus_grace(
-    autojump_clock: MockClock,
-) -> None:
+async def test_a_call_is_cut_off_exactly_at_its_limit(autojump_clock: MockClock) -> None:
     async def hang(request: str) -> str:
         await trio.sleep_forever()
         raise AssertionError  # pragma: no cover
 
-    for grace, expected in ((0.0, 1.0), (2.0, 3.0)):
-        start = trio.current_time()
-        with pytest.raises(OperationTimeout) as info:
-            await call(hang, grace=grace)("req", 3, 7, start)
-        assert trio.current_time() - start == expected
-        assert (info.value.operation, info.value.lane, info.value.step) == ("env.step", 3, 7)
-        assert "on route route-1 on lane 3 at runtime step 7" in str(info.value)
+    start = trio.current_time()
+    with pytest.raises(OperationTimeout) as info:
+        await call(hang)("req", 3, 7, start)
+    assert trio.current_time() - start == 1.0
+    assert (info.value.operation, info.value.lane, info.value.step) == ("env.step", 3, 7)
+    assert "env.step timed out after 1s on route route-1 on lane 3 at runtime step 7" in str(
+        info.value
+    )
+
+
+async def test_an_endpoint_that_enforces_its_deadline_is_left_to_it(
+    autojump_clock: MockClock,
+) -> None:
+    async def slow(request: str) -> str:
+        await trio.sleep(3.0)
+        return request.upper()
+
+    # No second timer over the endpoint's own: not a scope, nor a late-answer check.
+    start = trio.current_time()
+    assert await call(slow, enforced=True)("ok", None, 1, start) == "OK"
+    assert trio.current_time() - start == 3.0
 
 
 async def test_a_call_records_when_it_finished(autojump_clock: MockClock) -> None:
@@ -71,8 +83,6 @@ async def test_a_call_announced_inline_has_no_scope_but_a_late_answer_is_a_timeo
     assert await bound("1.0", None, 1, trio.current_time()) == "answer"  # exactly at the bound
     with pytest.raises(OperationTimeout, match=r"env\.step timed out after 1s"):
         await bound("1.5", None, 1, trio.current_time())
-    within_grace = call(blocks, lambda: inline[0], grace=2.0)
-    assert await within_grace("1.5", None, 1, trio.current_time()) == "answer"
 
     async def sleeps(request: str) -> str:
         await trio.sleep(1.5)

@@ -4,11 +4,11 @@ Everything here is I/O the driver's loop delegates; the rules of *what* to call 
 the pure machines (:mod:`._episodes`, :mod:`._plans`).
 
 * :class:`EndpointCalls` binds a run's operations; :class:`Call` runs one env or model
-  operation under its limit and gives its errors their context. An endpoint that enforces
-  the request's ``timeout_ms`` itself is bounded only by ``limit + grace``, so its own
-  timeout answer reaches the caller; every other call is cut off exactly at its limit, and
-  one that the endpoint said would not yield (``runs_inline``) and comes back late is a
-  timeout too.
+  operation by its deadline (the call's start plus its limit, the instant the request's
+  ``timeout_ms`` names) and gives its errors their context. An endpoint that
+  ``enforces_deadlines`` is trusted with that deadline, the one enforcer, at its own I/O;
+  every other call is cut off exactly at it, and one that the endpoint said would not
+  yield (``runs_inline``) and comes back late is a timeout too.
 * :class:`Predictor` is one driver's predicts: the call it makes on its own, and the
   accounting and checks of its part of a fused call, which :func:`call_fused` makes.
 * :class:`Background` runs ``reset_adapter`` evictions without blocking the loop.
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import trio
 
 from .._errors import EnvError, Error, ModelError, OperationTimeout, ProtocolError
-from .._timeouts import ENDPOINT_GRACE
+from .._timeouts import fmt_seconds, in_time
 from ..protocol import env_v1, model_v1, spaces_v1
 from ._advisories import FailureLog
 from ._interfaces import (
@@ -60,7 +60,6 @@ __all__ = [
     "check_prediction",
     "deadline_scope",
     "env_lane",
-    "fmt_seconds",
     "is_cancellation",
     "observation_of",
 ]
@@ -77,14 +76,6 @@ def deadline_scope(seconds: float | None) -> trio.CancelScope:
     if seconds is None:
         return trio.CancelScope()
     return trio.CancelScope(deadline=trio.current_time() + seconds)
-
-
-def fmt_seconds(seconds: float | None) -> str:
-    if seconds is None:
-        return "no deadline"
-    if seconds < 1:
-        return f"{seconds * 1000:g}ms"
-    return f"{seconds:g}s"
 
 
 def is_cancellation(exc: BaseException) -> bool:
@@ -107,9 +98,9 @@ class Call(Generic[_R, _T]):
     """
 
     __slots__ = (
+        "enforced",
         "error_class",
         "finished",
-        "grace",
         "limit",
         "method",
         "now",
@@ -129,7 +120,7 @@ class Call(Generic[_R, _T]):
         *,
         error_class: type[Error],
         route: str,
-        grace: float = 0.0,
+        enforced: bool = False,
         now: Callable[[], float] = trio.current_time,
     ) -> None:
         self.op = op
@@ -142,25 +133,27 @@ class Call(Generic[_R, _T]):
         self.error_class = error_class
         """What a foreign exception is wrapped into."""
         self.route = route
-        self.grace = grace
-        """How long past ``timeout`` an endpoint that enforces deadlines itself may take."""
+        self.enforced = enforced
+        """Whether the endpoint enforces the deadline itself (``enforces_deadlines``)."""
         self.now = now
         self.finished = 0.0
 
     async def __call__(self, request: _R, lane: int | None, step: int, started: float) -> _T:
-        """``method(request)``, bounded by ``timeout + grace`` from ``started``.
+        """``method(request)``, due by ``started + timeout``.
 
-        When ``runs_inline()`` says the call will not yield, it runs without a cancel
+        An endpoint that enforces the deadline itself gets no scope and no check: it
+        answers in time or raises its own :class:`~trio_rlmesh.OperationTimeout` at the
+        deadline. When ``runs_inline()`` says the call will not yield, it runs without a cancel
         scope: nothing could interrupt it, so it gets the same late-answer check as an
         endpoint that blocks the event loop unannounced. Skipping the scope (and, without a
         deadline, skipping it for every call) keeps the in-process path cheap: entering
         and leaving a cancel scope costs more than a Gymnasium step.
         """
         op, timeout, runs_inline = self.op, self.timeout, self.runs_inline
-        deadline = math.inf if timeout is None else started + timeout + self.grace
+        deadline = math.inf if timeout is None or self.enforced else started + timeout
         timed_out = False
         try:
-            if timeout is None or (runs_inline is not None and runs_inline()):
+            if deadline == math.inf or (runs_inline is not None and runs_inline()):
                 result = await self.method(request)
             else:
                 with trio.CancelScope(deadline=deadline) as scope:
@@ -178,13 +171,11 @@ class Call(Generic[_R, _T]):
                 lane=lane,
             ) from exc
         self.finished = end = self.now()
-        if not timed_out and end <= deadline:
+        if not timed_out and in_time(end, deadline):
             return result
         where = f" on lane {lane}" if lane is not None else ""
-        grace = self.grace
-        beyond = f" (nor within its own deadline's {fmt_seconds(grace)} grace)" if grace else ""
         raise OperationTimeout(
-            f"{op} timed out after {fmt_seconds(timeout)}{beyond} on route {self.route}{where} "
+            f"{op} timed out after {fmt_seconds(timeout)} on route {self.route}{where} "
             f"at runtime step {step}; raise RuntimeLimits.{self.limit} if it needs longer",
             timeout=timeout,
             operation=op,
@@ -198,8 +189,8 @@ class EndpointCalls:
 
     ``reset``, ``step`` and ``predict`` ask the endpoint's ``runs_inline`` before each call
     (a fused predict is the fleet's call, :class:`~trio_rlmesh.runtime._fleet.Fleet`);
-    ``render`` exists with ``render=True`` only. An env that answers TIMEOUT itself gets
-    a grace, so its answer, with its code, wins the race with the driver's scope.
+    ``render`` exists with ``render=True`` only. An env that ``enforces_deadlines`` is
+    left to enforce them: the driver opens no scope of its own over its calls.
     """
 
     __slots__ = ("predict", "render", "reset", "step")
@@ -208,16 +199,16 @@ class EndpointCalls:
         self, spec: RuntimeSessionSpec, env: RuntimeEnv, model: RuntimeModel, *, render: bool
     ) -> None:
         limits, route = spec.limits, spec.env_id
-        grace = ENDPOINT_GRACE if env.enforces_deadlines else 0.0
+        enforced = env.enforces_deadlines
         step_limit, predict_limit = limits.env_step_timeout, limits.model_predict_timeout
         inline = functools.partial
         self.reset: Call[env_v1.ResetRequest, EnvResetResult] = Call(
             "env.reset", "env_reset_timeout", limits.env_reset_timeout, env.reset,
-            inline(env.runs_inline, "reset"), error_class=EnvError, route=route, grace=grace,
+            inline(env.runs_inline, "reset"), error_class=EnvError, route=route, enforced=enforced,
         )  # fmt: skip
         self.step: Call[env_v1.StepRequest, EnvStepResult] = Call(
             "env.step", "env_step_timeout", step_limit, env.step,
-            inline(env.runs_inline, "step"), error_class=EnvError, route=route, grace=grace,
+            inline(env.runs_inline, "step"), error_class=EnvError, route=route, enforced=enforced,
         )  # fmt: skip
         self.predict: Call[model_v1.PredictRequest, ModelPrediction] = Call(
             "model.predict", "model_predict_timeout", predict_limit, model.predict,
@@ -227,7 +218,7 @@ class EndpointCalls:
         if render:
             self.render = Call(
                 "env.render", "env_step_timeout", step_limit, env.render,
-                error_class=EnvError, route=route, grace=grace,
+                error_class=EnvError, route=route, enforced=enforced,
             )  # fmt: skip
 
     def set_clock(self, now: Callable[[], float]) -> None:
@@ -467,8 +458,12 @@ async def release_model(
 
 
 async def close_env(env: RuntimeEnv, bound: float | None, failures: FailureLog) -> None:
-    """``env.close`` bounded by ``bound``; a failure is noted, never raised."""
-    with deadline_scope(bound) as scope:
+    """``env.close`` bounded by ``bound`` once; a failure is noted, never raised.
+
+    An env that ``enforces_deadlines`` bounds its close by the ``timeout`` it is given (the
+    gRPC client, on its own I/O), so the driver adds no scope; any other is bounded here.
+    """
+    with deadline_scope(None if env.enforces_deadlines else bound) as scope:
         try:
             await env.close(math.inf if bound is None else bound)
         except Exception as exc:

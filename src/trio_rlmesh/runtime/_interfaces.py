@@ -140,12 +140,12 @@ class RuntimeEnv(Protocol):
     """
 
     enforces_deadlines: bool = False
-    """``True`` says the endpoint itself answers every request within the request's
-    ``timeout_ms``, raising :class:`~trio_rlmesh.OperationTimeout` when it runs out (a gRPC
-    client whose server answers TIMEOUT). The driver then bounds each call only by
-    ``timeout + ENDPOINT_GRACE`` (2 s, ``trio_rlmesh._timeouts``); otherwise (fakes,
-    in-process adapters) the driver is the only enforcer and cuts the call off exactly at
-    its limit."""
+    """``True`` says the endpoint itself ends every call by its deadline, the request's
+    ``timeout_ms`` counted from the call's start, raising
+    :class:`~trio_rlmesh.OperationTimeout` when it runs out (the gRPC env client, whose
+    watchdog is on its own I/O). The driver then opens no scope of its own over the call;
+    otherwise (fakes, in-process adapters) the driver is the enforcer and cuts the call off
+    exactly at its limit."""
 
     def runs_inline(self, method: str) -> bool:
         """Whether a call of ``method`` (``"reset"`` or ``"step"``) made now returns without
@@ -237,5 +237,6 @@ class RuntimeModel(Protocol):
     async def release_adapter(
         self, request: model_v1.ReleaseAdapterRequest, timeout: float
     ) -> None:
-        """Release the route at session end, giving up after ``timeout`` seconds."""
+        """Release the route at session end; the driver bounds the call by ``timeout``
+        seconds (an endpoint needs no timer of its own)."""
         ...

@@ -47,6 +47,7 @@ Fault = Literal[
     "freeze",  # stop reading and answering (keepalive PINGs included)
     "silent",  # never answer this request (the stream and connection go on)
     "error",  # a recoverable in-band INVALID_ACTION
+    "timeout",  # the server's own in-band TIMEOUT, at once
     "wrong_kind",  # a reset reply to a step
     "fatal_reset",  # RLMesh on a raising env: in-band INTERNAL, then RST_STREAM
     "fatal_end",  # in-band INTERNAL, then OK trailers
@@ -181,7 +182,7 @@ class FakeEnvService:
                         fault = self.faults.get(self.steps)
                     if fault is not None and await self._fault(call, request, fault):
                         return
-                    if fault is None or fault == "error" or fault == "wrong_kind":
+                    if fault in (None, "error", "timeout", "wrong_kind"):
                         if self.concurrent:
                             nursery.start_soon(self._answer, call, request, held)
                         else:
@@ -257,6 +258,12 @@ class FakeEnvService:
                     message="action out of range",
                     is_recoverable=True,
                     interrupted_episodes=[env_v1.EpisodeMetadata(episode_id="ep-1")],
+                )
+            elif fault == "timeout":
+                reply.error = env_v1.EnvError(
+                    code=env_v1.EnvErrorCode.TIMEOUT,
+                    message="env.step timed out after 100ms",
+                    is_recoverable=True,
                 )
             elif fault == "wrong_kind":
                 reply.reset = env_v1.ResetResponse()

@@ -22,6 +22,7 @@ from trio_rlmesh.transports.grpc import (
     EnvClient,
     EnvClientRuntimeEnv,
     RemoteEnvError,
+    RemoteEnvTimeout,
     open_env_client,
 )
 
@@ -352,13 +353,40 @@ async def test_local_timer_when_the_server_sits_on_a_request(
         ):
             await env.reset()
             start = trio.current_time()
-            with pytest.raises(OperationTimeout, match=r"env\.step") as info:
+            with pytest.raises(RemoteEnvTimeout, match=r"env\.step on .* after 100ms") as info:
                 await env.step(action(1))
-            # The server's own TIMEOUT answer gets 1 s of grace.
-            assert elapsed_is(clock, start, 1.1)
+            # The request's own deadline, no grace: the watchdog is the one enforcer.
+            assert elapsed_is(clock, start, 0.1)
     assert info.value.recoverable
     assert info.value.timeout == 0.1
-    assert info.value.code is None
+    # The same error as the server's TIMEOUT answer would be.
+    assert info.value.code == "TIMEOUT"
+
+
+async def test_the_servers_timeout_answer_is_the_same_error_as_the_watchdogs(
+    backend: BackendName, clock: object, address: Where
+) -> None:
+    errors: list[RemoteEnvTimeout] = []
+    for fault in ("timeout", "silent"):
+        service = FakeEnvService(faults={1: fault})
+        with trio.fail_after(10):
+            async with (
+                serve_fake_env(service, address("env")) as fake,
+                open_env_client(fake.address, request_timeout=0.1, backend=backend) as env,
+            ):
+                await env.reset()
+                with pytest.raises(RemoteEnvTimeout) as info:
+                    await env.step(action(1))
+                errors.append(info.value)
+                address_of = fake.address
+        assert str(info.value).startswith(f"env.step on {address_of} timed out after 100ms;")
+    answered, expired = errors
+    assert [type(e) for e in errors] == [RemoteEnvTimeout, RemoteEnvTimeout]
+    assert str(answered).replace(answered.address or "", "") == str(expired).replace(
+        expired.address or "", ""
+    )
+    for attr in ("operation", "code", "timeout", "recoverable"):
+        assert getattr(answered, attr) == getattr(expired, attr), attr
 
 
 async def test_a_sooner_deadline_is_enforced_while_a_later_one_is_pending(
@@ -376,9 +404,9 @@ async def test_a_sooner_deadline_is_enforced_while_a_later_one_is_pending(
                 nursery.start_soon(lambda: env.step(action(1), timeout=10))
                 await trio.sleep(0.01)
                 start = trio.current_time()
-                with pytest.raises(OperationTimeout, match=r"no reply within 0\.1 s") as info:
+                with pytest.raises(OperationTimeout, match=r"timed out after 100ms") as info:
                     await env.step(action(2), timeout=0.1)
-                assert elapsed_is(clock, start, 1.1)
+                assert elapsed_is(clock, start, 0.1)
                 nursery.cancel_scope.cancel()
     assert info.value.timeout == 0.1
 

@@ -7,11 +7,13 @@ with the negotiated edition. Requests carry ids ``grpc-req-<n>`` (one counter pe
 ConfigureEnv is ``grpc-req-1``) and are multiplexed by :class:`~._join.JoinMux`, so any
 number may be in flight (a lane endpoint answers out of order).
 
-Deadlines are applied here, once: a request's ``timeout_ms`` goes on the wire, so the
-server answers TIMEOUT (raised as :class:`RemoteEnvTimeout`, an
-:class:`~trio_rlmesh.OperationTimeout`); a local timer ``LOCAL_TIMEOUT_GRACE`` later
-covers a server that never answers. Errors become :mod:`trio_rlmesh` errors in
-:meth:`EnvClient._call` and nowhere else.
+Deadlines are enforced here, once, on the client's own I/O: a request's ``timeout_ms`` goes
+on the wire and the multiplexer's watchdog ends the call at the same instant (the call's
+start plus ``timeout_ms``, no grace). The server's own TIMEOUT answer (its clock started
+when the request arrived, so it is due no sooner) and the watchdog's expiry are the same
+error, :class:`RemoteEnvTimeout`, built by :meth:`EnvClient._timed_out`; whichever comes
+first is raised. Errors become :mod:`trio_rlmesh` errors in :meth:`EnvClient._call` and
+nowhere else.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import trio
 
 from ..._errors import EnvError, Error, OperationTimeout, ProtocolError, SpecError, TransportError
 from ..._nursery import background_nursery
-from ..._timeouts import CLOSE_TIMEOUT, LOCAL_TIMEOUT_GRACE
+from ..._timeouts import CLOSE_TIMEOUT, fmt_seconds
 from ...protocol import SUPPORTED_WORKFLOW_EDITIONS, core_v1, env_v1
 from ...protocol._internal import (
     CAP_SUBSET_STEP,
@@ -96,11 +98,15 @@ class RemoteEnvError(EnvError):
 
 
 class RemoteEnvTimeout(RemoteEnvError, OperationTimeout):
-    """The env server answered TIMEOUT: the request outlived its ``timeout_ms``.
+    """The request outlived its ``timeout_ms``: the server answered TIMEOUT, or the client's
+    own watchdog ended the call at the same deadline first (the same error either way).
 
     Both an :class:`~trio_rlmesh.OperationTimeout` (``code == "TIMEOUT"``) and a
-    :class:`RemoteEnvError`.
+    :class:`RemoteEnvError`. Recoverable unless the server said otherwise, as TIMEOUT is in
+    the wire's table.
     """
+
+    default_recoverable = True
 
 
 def _error_code_name(code: Any) -> str:
@@ -296,7 +302,7 @@ class EnvClient:
             )
         deadline = math.inf
         if timeout is not None:
-            deadline = trio.current_time() + timeout + LOCAL_TIMEOUT_GRACE
+            deadline = trio.current_time() + timeout
         try:
             mux = self._mux
             if mux is None:
@@ -308,12 +314,7 @@ class EnvClient:
             # The multiplexer's watchdog enforces the deadline: no cancel scope per request.
             response, sent, received = await self._roundtrip(mux, request, deadline=deadline)
         except trio.TooSlowError:
-            raise OperationTimeout(
-                f"{operation} on {self.address} got no reply within {timeout:g} s "
-                f"(nor the server's TIMEOUT answer {LOCAL_TIMEOUT_GRACE:g} s later)",
-                timeout=timeout,
-                **context,
-            ) from None
+            raise self._timed_out(context, timeout) from None
         except GrpcError as exc:
             if exc.status is Status.FAILED_PRECONDITION:
                 raise TransportError(
@@ -359,8 +360,31 @@ class EnvClient:
             **context,
         }
         if code == "TIMEOUT":
-            return RemoteEnvTimeout(message, timeout=timeout, **kwargs)
+            return self._timed_out(context, timeout, error)
         return RemoteEnvError(message, **kwargs)
+
+    def _timed_out(
+        self,
+        context: dict[str, Any],
+        timeout: float | None,
+        answer: env_v1.EnvError | None = None,
+    ) -> RemoteEnvTimeout:
+        """The one error of a request past its deadline, whether the watchdog saw it first
+        or the server's TIMEOUT ``answer`` (whose episodes and debug text it keeps)."""
+        operation = context["operation"]
+        kwargs: dict[str, Any] = {"code": "TIMEOUT", "timeout": timeout, **context}
+        if answer is not None:
+            kwargs.update(
+                recoverable=answer.is_recoverable,
+                interrupted_episodes=answer.interrupted_episodes,
+                debug_info=answer.debug_info,
+            )
+        after = "" if timeout is None else f" after {fmt_seconds(timeout)}"
+        return RemoteEnvTimeout(
+            f"{operation} on {self.address} timed out{after}; "
+            "give the request a longer timeout (RuntimeLimits for a run) if it needs longer",
+            **kwargs,
+        )
 
     async def reset(
         self,
@@ -595,11 +619,10 @@ async def open_env_client(
 class EnvClientRuntimeEnv(RuntimeEnv):
     """An :class:`EnvClient` seen as a :class:`~trio_rlmesh.runtime.RuntimeEnv`.
 
-    The driver's deadline reaches the server as the request's ``timeout_ms`` (set by
-    the driver); the driver numbers steps, so this adapter leaves the step to it. The
-    server answers TIMEOUT itself (and the client's local timer backs it up), so the
-    adapter ``enforces_deadlines``: the driver waits for that answer rather than cutting
-    the call off at the limit.
+    The driver's deadline reaches the client as the request's ``timeout_ms`` (set by the
+    driver, counted from the call's start); the driver numbers steps, so this adapter
+    leaves the step to it. The client ends the call by that deadline itself, so the
+    adapter ``enforces_deadlines``: the driver opens no scope of its own over it.
     """
 
     enforces_deadlines = True

@@ -37,7 +37,7 @@ import attrs
 import betterproto2
 import trio
 
-from ..._timeouts import CLOSE_TIMEOUT
+from ..._timeouts import CLOSE_TIMEOUT, in_time
 from ...protocol import core_v1, env_v1
 from ...protocol._internal import (
     CAP_SUBSET_STEP,
@@ -284,9 +284,9 @@ class _EnvJoin(JoinSession[env_v1.JoinRequest]):
             # user_code="auto" runs this call inline: no scope could interrupt it, so a
             # call that outlasted the deadline is answered TIMEOUT afterwards (its result
             # dropped, as a late call on a worker thread is).
-            started = trio.current_time()
+            deadline = trio.current_time() + timeout_ms / 1000
             results = await run_plan(plan, lanes.run)
-            if trio.current_time() - started >= timeout_ms / 1000:
+            if not in_time(trio.current_time(), deadline):
                 raise self._timed_out(plan, timeout_ms, op)
         else:
             # At the deadline the late call keeps its lane's worker, and nothing after the

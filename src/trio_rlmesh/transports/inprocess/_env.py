@@ -215,7 +215,10 @@ class GymEnvRuntimeEnv(RuntimeEnv):
                 await worker.aclose("env.release", _nothing)
 
     async def close(self, timeout: float) -> None:  # noqa: ASYNC109 - RuntimeEnv's signature
-        """End the session and run the env's ``close`` once, giving up after ``timeout``.
+        """End the session and run the env's ``close`` once.
+
+        The caller bounds the call (the driver by ``timeout``, the env not enforcing
+        deadlines itself): no second timer here.
 
         Raises:
             EnvError: an abandoned call (a hung step) still occupies the env, so its
@@ -223,15 +226,14 @@ class GymEnvRuntimeEnv(RuntimeEnv):
         """
         self._session.close()
         close = self.host.shape.close_call
-        with trio.move_on_after(timeout):
-            try:
-                await self._workers[0].aclose("env.close", close)
-            except WorkerUnavailable as exc:
-                raise exc.as_error(EnvError) from exc
-            finally:
-                for worker in self._workers[1:]:
-                    with trio.CancelScope(shield=True), contextlib.suppress(WorkerUnavailable):
-                        await worker.aclose("env.close", _nothing)
+        try:
+            await self._workers[0].aclose("env.close", close)
+        except WorkerUnavailable as exc:
+            raise exc.as_error(EnvError) from exc
+        finally:
+            for worker in self._workers[1:]:
+                with trio.CancelScope(shield=True), contextlib.suppress(WorkerUnavailable):
+                    await worker.aclose("env.close", _nothing)
 
 
 def _nothing() -> None:
