@@ -333,4 +333,14 @@ def loop_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, A
     sock = context.get("socket")
     for server in list(_SERVERS):
         if sock is not None and server.listens_on(sock.fileno()):
-            out_of_descriptors(server.connections, str(context.get("exception")), 1.0)
+            # asyncio accepts a whole batch in the callback that failed, and each accepted
+            # connection's protocol is made two loop turns later (its task's first step,
+            # then the transport's call_soon): decide once they are counted, or a batch
+            # that ran out of descriptors looks like a server with no connection to close.
+            loop.call_soon(
+                loop.call_soon,
+                out_of_descriptors,
+                server.connections,
+                str(context.get("exception")),
+                1.0,
+            )
