@@ -389,3 +389,46 @@ async def test_a_stacked_route_without_history_at_a_horizon_is_refused(seat: Sea
         "Previous part), or execution_horizon=1."
     )
     assert (code, recoverable) == ("INTERNAL", False)
+
+
+class _Clock:
+    """``time`` for the host: ``perf_counter_ns`` moves only when a test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def perf_counter_ns(self) -> int:
+        return self.now
+
+
+async def test_each_predict_reports_its_own_adapter_time_apart_from_decode_and_encode(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trio_rlmesh.transports._modelhost import ModelHost, _host
+
+    clock = _Clock()
+    monkeypatch.setattr(_host, "time", clock)
+    host = ModelHost.open(Policy(), user_code="inline")
+    await host.resolve(resolve_request(ARM, "arm"))
+    route = host.routes["arm"].adapter
+    assert route is not None
+    payload, actions = route.payload, route.actions
+
+    def slow_payload(group: Any) -> Any:
+        clock.now += 1000
+        return payload(group)
+
+    def slow_actions(group: Any, frames: Any) -> Any:
+        clock.now += 100
+        return actions(group, frames)
+
+    monkeypatch.setattr(route, "payload", slow_payload)
+    monkeypatch.setattr(route, "actions", slow_actions)
+    first = host.plan([arm_request("arm", [1], ["ep-a"])])
+    second = host.plan([arm_request("arm", [2], ["ep-b"])])  # decoded while the first waits
+    for plan in (second, first):
+        await host.call(plan)
+        host.finish(plan)
+    for plan in (first, second):
+        assert isinstance(plan.results[0], model_v1.PredictResponse), plan.results
+        assert (plan.host_adapter_ns, plan.decode_ns, plan.encode_ns) == (1100, 0, 0)

@@ -177,7 +177,7 @@ class ModelHost:
         self.carry = False
         """Answer actions as carried values, not encoded leaves (for an env in this process)."""
         self._adapter_ns = 0
-        """Adapter time since the last finished plan (drained into it)."""
+        """Adapter time of the plan half now running (moved into its plan as it ends)."""
 
     @classmethod
     def open(
@@ -366,10 +366,14 @@ class ModelHost:
         if len(requests) == 1:  # every single-lane predict: no comprehensions to set up
             group = self._decode(requests[0])
             lone = [group] if isinstance(group, ModelObservation) else []
-            return PredictPlan(requests, [group], lone, started)
-        prepared = [self._decode(request) for request in requests]
-        groups = [group for group in prepared if isinstance(group, ModelObservation)]
-        return PredictPlan(requests, prepared, groups, started)
+            plan = PredictPlan(requests, [group], lone, started)
+        else:
+            prepared = [self._decode(request) for request in requests]
+            groups = [group for group in prepared if isinstance(group, ModelObservation)]
+            plan = PredictPlan(requests, prepared, groups, started)
+        if self._adapter_ns:
+            plan.decode_ns -= self._take_adapter_time(plan)
+        return plan
 
     @property
     def runs_inline(self) -> bool:
@@ -421,8 +425,8 @@ class ModelHost:
                 else:
                     results.append(self._answer(request, group, next(remaining, None)))
         now = time.perf_counter_ns()
-        plan.encode_ns, plan.total_ns = now - encode_started, now - plan.started
-        plan.host_adapter_ns, self._adapter_ns = self._adapter_ns, 0
+        adapted = self._take_adapter_time(plan) if self._adapter_ns else 0
+        plan.encode_ns, plan.total_ns = now - encode_started - adapted, now - plan.started
         plan.results = results
         return results
 
@@ -468,6 +472,14 @@ class ModelHost:
             return group
         adapter = route.adapter
         return self._adapted(group, lambda: adapter.payload(group))
+
+    def _take_adapter_time(self, plan: PredictPlan) -> int:
+        """Move the adapter time the half just run spent into ``plan``'s adapter phase, and
+        return it (the half's own phase excludes it). Each half is synchronous, so the time
+        is always its own plan's, whatever other predicts wait in between."""
+        spent, self._adapter_ns = self._adapter_ns, 0
+        plan.host_adapter_ns += spent
+        return spent
 
     def _adapted(self, group: ModelObservation, step: Callable[[], _T]) -> _T | ModelError:
         """One adapter step for ``group`` (its payload, or its answer's env actions), timed
