@@ -88,9 +88,13 @@ def test_ctrl_c_cancels_and_every_line_stays_whole() -> None:
     assert status == 130, output
     lines = render(output, 80)
     stopping = re.compile(r"^trio-rlmesh: stopping after SIGINT \(at most [\d.]+ s\)")
+    # On a loaded machine the stop may outlast its grace; the process then ends at once,
+    # saying so on a line of its own, and still writes the episodes it finished.
+    forced = re.compile(r"^trio-rlmesh: still stopping [\d.]+ s after SIGINT: exiting now$")
     assert EVALUATING.match(lines[0]), lines
     assert sum(1 for line in lines if stopping.match(line)) == 1, lines
-    assert _unexpected(lines, EVALUATING, stopping, BAR, PRINTED, TABLE, SUMMARY) == []
+    assert sum(1 for line in lines if forced.match(line)) <= 1, lines
+    assert _unexpected(lines, EVALUATING, stopping, forced, BAR, PRINTED, TABLE, SUMMARY) == []
     assert any(
         line.startswith("cancelled: ") and line.endswith("(interrupted by SIGINT)")
         for line in lines
