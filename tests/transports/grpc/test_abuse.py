@@ -186,6 +186,34 @@ async def test_budgets_refill_over_their_window(trio_clock: trio.testing.MockClo
             assert goaway.error_code == ENHANCE_YOUR_CALM
 
 
+@pytest.mark.parametrize("flood", list(FLOODS))
+async def test_a_client_cut_off_comes_back_with_a_tenth_of_its_reset_budget(
+    backend: BackendName, clock: object, address: Where, flood: str
+) -> None:
+    """Cut off for any flood, a client that reconnects within the window may reset 2
+    calls where a fresh budget allows 20, so a rapid reset gains little by reconnecting;
+    its PING budget is whole again. A well-behaved client from the same host, which
+    resets nothing, is still served."""
+    build, _ = FLOODS[flood]
+    with within(20):
+        async with env_server(backend, address) as where:
+            async with attacker(where) as bad:
+                await bad.send(build(bad))
+                await bad.closed.wait()
+            async with attacker(where) as again:
+                sid, data = again.request(request_headers(HEALTH_CHECK), b"")
+                await again.send(again.pings(15) + data)
+                answer = await again.wait_for(lambda: again.response(sid))
+                assert answer["grpc-status"] == "0"
+                await again.send(again.rapid_reset(3, ENV_HANDSHAKE))
+                await again.closed.wait()
+            goaway = again.goaway()
+            assert goaway is not None
+            assert goaway.error_code == ENHANCE_YOUR_CALM
+            assert "more than 20 RST_STREAM" in goaway.debug
+            await assert_served(where, backend, steps=5)
+
+
 async def test_other_clients_are_served_while_a_rapid_reset_runs(
     backend: BackendName, clock: object, address: Where
 ) -> None:
@@ -491,13 +519,16 @@ async def test_memory_after_floods_returns_to_where_it_was(
     the flood (h2 alone would buffer all of it), and the rounds leave nothing behind: memory
     after a later round comes back to within 256 KiB of where the first left it (a leak
     would raise every later round). grpclib's server runs in this process too (its loop
-    thread), whose allocations come and go by megabytes between rounds."""
+    thread), whose allocations come and go by megabytes between rounds. Each rapid reset
+    comes from a host just cut off for its CONTINUATION flood, so it has a tenth of its
+    budget: 4,000 resets per window make that the 400 it sends."""
     flood_frames = 64
     chunk = 64 * 1024
     tracemalloc.start()
     try:
         with within(60):
-            async with env_server(backend, address, ServerLimits()) as where:
+            limits = ServerLimits(resets_per_window=4000)
+            async with env_server(backend, address, limits) as where:
                 await assert_served(where, backend)
                 after: list[int] = []
                 for _ in range(4):

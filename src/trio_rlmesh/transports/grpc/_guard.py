@@ -17,6 +17,19 @@ The guard also says when the client's connection preface and first SETTINGS fram
 arrived (:attr:`FrameGuard.settled`), for the handshake timeout. Malformed framing is not
 its business: ``h2`` still finds and refuses it.
 
+A budget is per connection, so a client that is cut off could come back on a new
+connection with a full one, and spend it again: a rapid reset attacker that reconnects
+makes the server open and cancel hundreds of streams per connection. :class:`Offenders`
+remembers, per server, the hosts whose connections were cut off in the last budget
+window: their new connections get guards whose RST_STREAM budget starts at a tenth of
+its size (:data:`REPEAT_ALLOWANCE`, refilled at the usual rate), so reconnecting buys a
+repeat offender a tenth of the streams it had. The other budgets start full: a PING or
+SETTINGS frame costs less than the new connection a cut-off client opens next, so cutting
+those sooner makes a flood dearer, not cheaper (measured with ``bench/bench_abuse.py``).
+A well-behaved client from the same host resets no call early on, and its connections
+that were open before keep their own guards. A client's first SETTINGS frame, part of
+every handshake, is not counted.
+
 :func:`request_headers` is the one strict reading of a request's header list, shared by
 both backends. The connection limit's rules are here too, over any connection type with an
 ``idle_since`` and an ``evict`` (:class:`Evictable`): :func:`admit` (room for one more, or
@@ -39,10 +52,12 @@ from ._status import Status
 
 __all__ = [
     "PREFACE",
+    "REPEAT_ALLOWANCE",
     "SERVER_LOG",
     "Abuse",
     "Evictable",
     "FrameGuard",
+    "Offenders",
     "Throttle",
     "admit",
     "cut_off",
@@ -56,6 +71,8 @@ __all__ = [
 PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 """The client connection preface that precedes every HTTP/2 client's first frame."""
 
+REPEAT_ALLOWANCE: Final = 0.1
+"""The share of its RST_STREAM budget a repeat offender's new connection starts with."""
 _HEADER: Final = struct.Struct(">HBBBL")
 _HEADER_SIZE: Final = 9
 _DATA, _HEADERS, _PRIORITY, _RST_STREAM, _SETTINGS = 0, 1, 2, 3, 4
@@ -72,15 +89,18 @@ class Abuse(Exception):
 
 
 class _Budget:
-    """A token bucket: ``size`` tokens, refilled at ``size`` per ``window`` seconds."""
+    """A token bucket: ``size`` tokens, refilled at ``size`` per ``window`` seconds; full
+    at first, or holding ``share`` of ``size`` at ``now``."""
 
     __slots__ = ("_rate", "_size", "_stamp", "_tokens", "what")
 
-    def __init__(self, size: int, window: float, what: str) -> None:
+    def __init__(
+        self, size: int, window: float, what: str, share: float = 1.0, now: float = -math.inf
+    ) -> None:
         self._size = float(size)
         self._rate = size / window
-        self._tokens = float(size)
-        self._stamp = -math.inf
+        self._tokens = float(math.floor(size * share))
+        self._stamp = now
         self.what = f"more than {size} {what} in {window:g} s"
 
     def take(self, now: float) -> bool:
@@ -99,6 +119,9 @@ class FrameGuard:
     Args:
         limits: the budgets and the header block cap.
         clock: the server's clock, in seconds (read only for the frames a budget counts).
+        repeat: start the RST_STREAM budget at :data:`REPEAT_ALLOWANCE` of its size (a
+            repeat offender's connection).
+        on_abuse: called before :class:`Abuse` is raised.
 
     >>> guard = FrameGuard(ServerLimits(pings_per_window=1), lambda: 0.0)
     >>> ping = b"\\x00\\x00\\x08\\x06\\x00\\x00\\x00\\x00\\x00" + bytes(8)
@@ -117,6 +140,7 @@ class FrameGuard:
         "_empty",
         "_header",
         "_max_block",
+        "_on_abuse",
         "_pings",
         "_preface",
         "_resets",
@@ -126,10 +150,24 @@ class FrameGuard:
         "settled",
     )
 
-    def __init__(self, limits: ServerLimits, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        limits: ServerLimits,
+        clock: Callable[[], float],
+        *,
+        repeat: bool = False,
+        on_abuse: Callable[[], object] | None = None,
+    ) -> None:
         window = limits.window
         self._clock = clock
-        self._resets = _Budget(limits.resets_per_window, window, "RST_STREAM frames")
+        self._on_abuse = on_abuse
+        self._resets = _Budget(
+            limits.resets_per_window,
+            window,
+            "RST_STREAM frames",
+            share=REPEAT_ALLOWANCE if repeat else 1.0,
+            now=clock() if repeat else -math.inf,
+        )
         self._pings = _Budget(limits.pings_per_window, window, "PING frames")
         self._settings = _Budget(limits.settings_per_window, window, "SETTINGS frames")
         self._empty = _Budget(
@@ -188,10 +226,13 @@ class FrameGuard:
         length = (high << 8) | low
         self._skip = length
         if not self.settled and kind == _SETTINGS and not flags & _ACK:
+            # The first SETTINGS frame is part of the handshake, which every client owes:
+            # no budget counts it.
             if length:
                 self._settling = True
             else:
                 self.settled = True
+            return
         budget: _Budget | None = None
         if kind == _DATA:
             if not length and not flags & _END_STREAM:
@@ -203,7 +244,7 @@ class FrameGuard:
                 return  # a stray CONTINUATION: h2 refuses it
             self._block += length
             if self._block > self._max_block:
-                raise Abuse(f"a header block of more than {self._max_block} bytes")
+                self._abuse(f"a header block of more than {self._max_block} bytes")
             if flags & _END_HEADERS:
                 self._block = -1
             elif not length:
@@ -219,7 +260,61 @@ class FrameGuard:
         elif kind == _PRIORITY or kind >= _KNOWN_KINDS:
             budget = self._empty
         if budget is not None and not budget.take(self._clock()):
-            raise Abuse(budget.what)
+            self._abuse(budget.what)
+
+    def _abuse(self, what: str) -> None:
+        if self._on_abuse is not None:
+            self._on_abuse()
+        raise Abuse(what)
+
+
+class Offenders:
+    """The hosts whose connections a server cut off for abuse in the last budget window,
+    and the guards for new connections that follow from that (see the module doc).
+
+    At most ``capacity`` hosts are remembered, those cut off most recently.
+
+    >>> clock = [0.0]
+    >>> offenders = Offenders(ServerLimits(resets_per_window=20), lambda: clock[0])
+    >>> hello = PREFACE + b"\\x00\\x00\\x00\\x04\\x00\\x00\\x00\\x00\\x00"
+    >>> reset = b"\\x00\\x00\\x04\\x03\\x00\\x00\\x00\\x00\\x01" + bytes(4)
+    >>> offenders.guard("10.0.0.7").feed(hello + 21 * reset)
+    Traceback (most recent call last):
+    ...
+    trio_rlmesh.transports.grpc._guard.Abuse: more than 20 RST_STREAM frames in 10 s
+    >>> offenders.guard("10.0.0.7").feed(hello + 3 * reset)  # back at once: a tenth
+    Traceback (most recent call last):
+    ...
+    trio_rlmesh.transports.grpc._guard.Abuse: more than 20 RST_STREAM frames in 10 s
+    >>> offenders.guard("10.0.0.8").feed(hello + 20 * reset)  # another host: all 20
+    >>> clock[0] = 10.0  # a window later, the host is forgiven
+    >>> offenders.guard("10.0.0.7").feed(hello + 20 * reset)
+    """
+
+    def __init__(
+        self, limits: ServerLimits, clock: Callable[[], float], capacity: int = 4096
+    ) -> None:
+        self.limits = limits
+        self._clock = clock
+        self._capacity = capacity
+        self._cut: dict[str, float] = {}
+        """When each host was last cut off, least recent first."""
+
+    def guard(self, peer: str) -> FrameGuard:
+        """The guard for a new connection from ``peer`` (a host, or a label such as
+        ``tcp://host:port``: the port is not part of who the client is)."""
+        host = peer.rsplit(":", 1)[0] if peer.startswith("tcp://") else peer
+        cut = self._cut.get(host)
+        repeat = cut is not None and self._clock() - cut < self.limits.window
+        return FrameGuard(
+            self.limits, self._clock, repeat=repeat, on_abuse=lambda: self._strike(host)
+        )
+
+    def _strike(self, host: str) -> None:
+        self._cut.pop(host, None)
+        self._cut[host] = self._clock()
+        if len(self._cut) > self._capacity:
+            del self._cut[next(iter(self._cut))]
 
 
 _UNIQUE: Final = frozenset({"content-type"})

@@ -498,6 +498,7 @@ class H2Connection:
             stream; it starts the handler in :attr:`nursery`.
         label: how errors name the peer (``tcp://host:port``).
         limits: server side: what the client may do (see the module doc).
+        guard: server side: the connection's guard (by default a new one over ``limits``).
     """
 
     def __init__(
@@ -510,6 +511,7 @@ class H2Connection:
         on_request: Callable[[H2Stream], None] | None = None,
         label: str = "",
         limits: ServerLimits = DEFAULT_LIMITS,
+        guard: FrameGuard | None = None,
     ) -> None:
         self.settings = settings
         self.limits = limits
@@ -569,7 +571,9 @@ class H2Connection:
         self._inbound_at = 0.0
         self._nursery: trio.Nursery | None = None
         self._ping_ids = itertools.count(1)
-        self._guard = None if client else FrameGuard(limits, trio.current_time)
+        if not client and guard is None:
+            guard = FrameGuard(limits, trio.current_time)
+        self._guard = None if client else guard
         self.handlers = 0
         """Server side: handlers running (a call is live until its handler has returned)."""
         self._idle_since = trio.current_time()

@@ -55,6 +55,7 @@ from ..._timeouts import GOAWAY_GRACE, SERVER_CLOSE_GRACE
 from ._guard import (
     Abuse,
     FrameGuard,
+    Offenders,
     admit,
     cut_off,
     idle_reason,
@@ -83,7 +84,8 @@ class _Tracked(asyncio.Protocol):
         self._server = server
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self.guard = FrameGuard(server.limits, loop.time)
+        self.guard: FrameGuard = server.offenders.guard("")
+        """Replaced by the peer's own once the connection is made."""
         self.opened_at = loop.time()
         self._idle_since: float | None = self.opened_at
         self.transport: asyncio.Transport | None = None
@@ -99,6 +101,7 @@ class _Tracked(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.label = f"tcp://{peer[0]}:{peer[1]}"
+        self.guard = self._server.offenders.guard(self.label)
         if not self._server._admit(self):
             self._refused = True
             transport.abort()
@@ -241,6 +244,7 @@ class TrackedServer(Server):
     def __init__(self, handlers: Any, *, limits: ServerLimits, **kwargs: Any) -> None:
         super().__init__(handlers, **kwargs)
         self.limits = limits
+        self.offenders = Offenders(limits, lambda: asyncio.get_running_loop().time())
         self.connections: dict[_Tracked, None] = {}
         """The connections currently open, oldest first."""
         self._sweeper: asyncio.Task[None] | None = None

@@ -31,7 +31,7 @@ from ..._nursery import background_nursery, shielded_nursery
 from ..._timeouts import SERVER_CLOSE_GRACE
 from ._address import Address, parse_address, parse_bind_address
 from ._backend import BackendName, Handler, handler_outcome, unary_call
-from ._guard import admit, out_of_descriptors
+from ._guard import Offenders, admit, out_of_descriptors
 from ._h2 import H2Connection, H2Stream
 from ._memory import connect_memory, listen_memory
 from ._settings import DEFAULT_LIMITS, GrpcSettings, ServerLimits
@@ -241,6 +241,7 @@ class TrioServer:
         self._handlers = dict(handlers)
         self._connections: dict[H2Connection, None] = {}
         """The connections open, oldest first."""
+        self._offenders = Offenders(limits, trio.current_time)
         self._accepting = trio.CancelScope()
         self._calls = 0
 
@@ -302,6 +303,7 @@ class TrioServer:
             on_request=on_request,
             label=label,
             limits=self.limits,
+            guard=self._offenders.guard(label),
         )
         self._connections[conn] = None
         return conn
