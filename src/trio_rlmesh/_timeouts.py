@@ -13,6 +13,7 @@ from typing import Final
 
 __all__ = [
     "CLOSE_TIMEOUT",
+    "GIL_SWITCH_INTERVAL",
     "GOAWAY_GRACE",
     "PORTAL_SHUTDOWN_GRACE",
     "SERVER_CLOSE_GRACE",
@@ -39,6 +40,13 @@ PORTAL_SHUTDOWN_GRACE: Final = 5.0
 SYNC_CLOSE_TIMEOUT: Final = 10.0
 """How long a synchronous remote Gymnasium env's ``close()`` (and its exit-time finalizer)
 waits for its trio thread to end."""
+
+GIL_SWITCH_INTERVAL: Final = 0.0005
+"""The longest the interpreter lets one thread hold the GIL while another waits for it, as
+long as the grpclib backend's asyncio thread runs (Python's default is 0.005). Every call on
+that backend crosses between the trio thread and the asyncio thread twice; with the asyncio
+thread busy (a flood of frames on another connection, say), each crossing could wait for a
+whole interval."""
 
 
 def in_time(finished: float, deadline: float) -> bool:

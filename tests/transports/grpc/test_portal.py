@@ -4,12 +4,14 @@ point, clean shutdown."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 
 import pytest
 import trio
 import trio.testing
 
+from trio_rlmesh._timeouts import GIL_SWITCH_INTERVAL
 from trio_rlmesh.transports.grpc._portal import THREAD_NAME, PortalClosedError, open_portal
 
 
@@ -193,3 +195,23 @@ async def test_closing_cancels_calls_still_running() -> None:
             portal._host.begin_shutdown()
     assert len(errors) == 1
     assert portal_threads() == []
+
+
+async def test_the_loop_thread_shortens_the_switch_interval_while_it_runs() -> None:
+    """Each call crosses between the trio and asyncio threads twice; with Python's 5 ms
+    default, a busy loop thread could hold every crossing up that long."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    try:
+        with trio.fail_after(10):
+            async with open_portal():
+                assert sys.getswitchinterval() == pytest.approx(GIL_SWITCH_INTERVAL)
+                async with open_portal():  # a second user: the same thread, no change
+                    assert sys.getswitchinterval() == pytest.approx(GIL_SWITCH_INTERVAL)
+            assert sys.getswitchinterval() == pytest.approx(0.005)  # back once it ends
+            sys.setswitchinterval(0.0002)  # shorter already: left alone
+            async with open_portal():
+                assert sys.getswitchinterval() == pytest.approx(0.0002)
+            assert sys.getswitchinterval() == pytest.approx(0.0002)
+    finally:
+        sys.setswitchinterval(before)

@@ -22,12 +22,22 @@ Theory of operation for :meth:`Portal.run`:
 * if the coroutine finished normally despite the cancel request (it raced the
   cancellation), its result is returned and trio delivers the cancellation at
   the next checkpoint; if it was cancelled, a checkpoint raises ``trio.Cancelled``.
+
+Two threads that both run Python take turns on the GIL, and a thread that wants it waits
+up to the interpreter's switch interval for the other to let go. While the loop thread
+runs, that interval is at most :data:`~trio_rlmesh._timeouts.GIL_SWITCH_INTERVAL` (it is
+put back when the thread ends, unless someone changed it meanwhile): with the default 5 ms,
+a well-behaved client's p99 on a grpclib server under a frame flood from another
+connection was 4.2-5.5 times its unloaded p99, and 2.3-2.9 times with 0.5 ms
+(``bench/bench_abuse.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Final, TypeVar
@@ -37,7 +47,7 @@ import outcome
 import trio
 
 from ..._errors import TransportError
-from ..._timeouts import PORTAL_SHUTDOWN_GRACE
+from ..._timeouts import GIL_SWITCH_INTERVAL, PORTAL_SHUTDOWN_GRACE
 
 __all__ = ["Portal", "PortalClosedError", "open_portal"]
 
@@ -96,6 +106,7 @@ class _LoopHost:
         try:
             self.loop.run_forever()
         finally:
+            _restore_switch_interval(self)
             try:
                 self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             finally:
@@ -241,12 +252,37 @@ class Portal:
 _lock = threading.Lock()
 _host: _LoopHost | None = None
 _users = 0
+_saved_switch_interval: float | None = None
+"""The interpreter's switch interval before a loop thread shortened it."""
+
+
+def _shorten_switch_interval() -> None:
+    """A loop thread starts (``_lock`` is held)."""
+    global _saved_switch_interval
+    current = sys.getswitchinterval()
+    if _saved_switch_interval is None and current > GIL_SWITCH_INTERVAL:
+        _saved_switch_interval = current
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL)
+
+
+def _restore_switch_interval(ending: _LoopHost) -> None:
+    """Put the switch interval back as ``ending`` stops, unless another loop thread has
+    started since, or someone changed the interval meanwhile."""
+    global _saved_switch_interval
+    with _lock:
+        if _host is not None and _host is not ending:
+            return
+        ours = math.isclose(sys.getswitchinterval(), GIL_SWITCH_INTERVAL)
+        if _saved_switch_interval is not None and ours:
+            sys.setswitchinterval(_saved_switch_interval)
+        _saved_switch_interval = None
 
 
 def _acquire() -> _LoopHost:
     global _host, _users
     with _lock:
         if _host is None or _host.closed:
+            _shorten_switch_interval()
             _host = _LoopHost()
             _users = 0
         _users += 1
