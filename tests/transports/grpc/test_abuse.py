@@ -133,18 +133,24 @@ FLOODS: dict[str, tuple[Callable[[Hostile], bytes], str]] = {
 }
 
 
+async def flooded(where: str, flood: str) -> Hostile:
+    """An attacker that sent ``flood`` to ``where``, once the server has closed on it."""
+    async with attacker(where) as bad:
+        await bad.send(FLOODS[flood][0](bad))
+        await bad.closed.wait()
+    return bad
+
+
 @pytest.mark.parametrize("flood", list(FLOODS))
 async def test_a_flood_past_its_budget_gets_enhance_your_calm_and_is_closed(
     backend: BackendName, clock: object, address: Where, flood: str
 ) -> None:
     """The CONTINUATION flood is 20 KiB: h2 alone would buffer it (it refuses only past 64
     frames), so only the header block cap cuts it off."""
-    build, words = FLOODS[flood]
+    _, words = FLOODS[flood]
     with within(20):
         async with env_server(backend, address) as where:
-            async with attacker(where) as bad:
-                await bad.send(build(bad))
-                await bad.closed.wait()
+            bad = await flooded(where, flood)
             goaway = bad.goaway()
             assert goaway is not None
             assert goaway.error_code == ENHANCE_YOUR_CALM
@@ -194,12 +200,9 @@ async def test_a_client_cut_off_comes_back_with_a_tenth_of_its_reset_budget(
     calls where a fresh budget allows 20, so a rapid reset gains little by reconnecting;
     its PING budget is whole again. A well-behaved client from the same host, which
     resets nothing, is still served."""
-    build, _ = FLOODS[flood]
     with within(20):
         async with env_server(backend, address) as where:
-            async with attacker(where) as bad:
-                await bad.send(build(bad))
-                await bad.closed.wait()
+            await flooded(where, flood)
             async with attacker(where) as again:
                 sid, data = again.request(request_headers(HEALTH_CHECK), b"")
                 await again.send(again.pings(15) + data)
