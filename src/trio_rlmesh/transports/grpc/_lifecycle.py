@@ -84,8 +84,9 @@ class _Tracked(asyncio.Protocol):
         self._server = server
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self.guard: FrameGuard = server.offenders.guard("")
-        """Replaced by the peer's own once the connection is made."""
+        self.guard: FrameGuard
+        """Set in :meth:`connection_made`, which asyncio calls before any data arrives and
+        before the connection is counted (the sweep sees only counted connections)."""
         self.opened_at = loop.time()
         self._idle_since: float | None = self.opened_at
         self.transport: asyncio.Transport | None = None

@@ -28,7 +28,7 @@ up to the interpreter's switch interval for the other to let go. While the loop 
 runs, that interval is at most :data:`~trio_rlmesh._timeouts.GIL_SWITCH_INTERVAL` (it is
 put back when the thread ends, unless someone changed it meanwhile): with the default 5 ms,
 a well-behaved client's p99 on a grpclib server under a frame flood from another
-connection was 4.2-5.5 times its unloaded p99, and 2.3-2.9 times with 0.5 ms
+connection was 4.2-5.5 times its unloaded p99, and 2.8-3.1 times with 0.5 ms
 (``bench/bench_abuse.py``).
 """
 
